@@ -1,0 +1,61 @@
+"""A DynamicCache that records every KV write and read the model makes through it.
+
+Transformers' attention modules call `cache.update(new_k, new_v, layer_idx)` and attend over the tensors
+it returns, so the update call sees exactly what is written (the new tokens) and what the attention
+kernel reads (the returned K and V). Sliding-window layers return fewer tokens, and the read range
+follows the returned length. MLA models (DeepSeek-V2) cache the compressed latent c_KV as "keys" and the
+decoupled RoPE key as "values" with one head; they are recorded as kinds k and v with head_count 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from archsim.capture.hooks import HookSet, tensor_bytes
+from archsim.capture.recorder import StepRecorder
+from archsim.trace.logical import KIND_K, KIND_V, OP_READ, OP_WRITE
+
+
+class TracingCache(DynamicCache):
+    """DynamicCache plus a record per request for each K/V write and read."""
+
+    def __init__(self, recorder: StepRecorder, hooks: HookSet, config: Any) -> None:
+        try:
+            super().__init__(config=config)
+        except TypeError:  # transformers < 4.56 takes no config
+            super().__init__()
+        self._recorder = recorder
+        self._hooks = hooks
+        self._seen_tokens: dict[int, int] = {}  # layer -> tokens written so far (slots in use)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        before = self._seen_tokens.get(layer_idx, 0)
+        new_tokens = key_states.shape[-2]
+        after = before + new_tokens
+        self._seen_tokens[layer_idx] = after
+        recorder = self._recorder
+        operator = self._hooks.kv_operators[layer_idx]
+        batch, heads = key_states.shape[0], key_states.shape[1]
+        for kind, written in ((KIND_K, key_states), (KIND_V, value_states)):
+            per_request = tensor_bytes(written) // batch
+            for request in range(batch):
+                recorder.add(OP_WRITE, kind, layer_idx, per_request, operator, head_start=0, head_count=heads,
+                             token_start=before, token_count=new_tokens, request=request)
+        read_tokens = keys.shape[-2]
+        for kind, read in ((KIND_K, keys), (KIND_V, values)):
+            per_request = tensor_bytes(read) // batch
+            for request in range(batch):
+                recorder.add(OP_READ, kind, layer_idx, per_request, operator, head_start=0, head_count=heads,
+                             token_start=after - read_tokens, token_count=read_tokens, request=request)
+        return keys, values
+
+    def crop(self, max_length: int) -> None:
+        """Backtracking: drop tokens past `max_length`; later writes reuse those slots."""
+        super().crop(max_length)
+        length = max_length if max_length >= 0 else max(self._seen_tokens.values(), default=0) + max_length
+        self._seen_tokens = {layer: min(seen, length) for layer, seen in self._seen_tokens.items()}

@@ -1,0 +1,1 @@
+"""Strict config loading: presets + overrides, every error names the file and dotted path."""

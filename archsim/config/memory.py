@@ -1,0 +1,200 @@
+"""The memory config: a DRAM standard preset plus overrides, the controller, and the replay front end.
+
+File layout (top-level key `memory`):
+
+    memory:
+      preset: HBM3            # archsim/dram/standards/HBM3.yaml; organization/timing keys below override it
+      organization: {...}
+      timing: {...}
+      address_mapping: {scheme: rorabgbapcchco, xor: [ba]}
+      controller: {...}
+      frontend: {...}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from archsim.config.overrides import apply_overrides, deep_merge
+from archsim.config.section import Section
+from archsim.dram.address_map import AddressMapping, parse_address_mapping
+from archsim.dram.spec import Organization, Timing, parse_organization, parse_timing
+from archsim.errors import ConfigError
+from archsim.registry import Registry
+
+STANDARDS_DIR = Path(__file__).resolve().parent.parent / "dram" / "standards"
+
+SCHEDULERS: Registry[int] = Registry("scheduler")
+SCHEDULERS.add("frfcfs", 0)
+SCHEDULERS.add("fcfs", 1)
+
+ROW_POLICIES: Registry[int] = Registry("row policy")
+ROW_POLICIES.add("open", 0)
+ROW_POLICIES.add("closed", 1)
+ROW_POLICIES.add("open_cap", 2)
+ROW_POLICIES.add("timeout", 3)
+
+REFRESH_MODES: Registry[int] = Registry("refresh mode")
+REFRESH_MODES.add("none", 0)
+REFRESH_MODES.add("all_bank", 1)
+REFRESH_MODES.add("per_bank", 2)
+
+ARBITERS: Registry[int] = Registry("port arbiter")
+ARBITERS.add("shared", 0)
+
+SOURCES: tuple[str, ...] = ("host", "pnm")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    read_queue_depth: int
+    write_queue_depth: int
+    scheduler: str
+    row_policy: str
+    row_policy_cap: int  # open_cap: after this many column accesses a waiting conflict may close the row
+    row_policy_timeout_cycles: int  # idle cycles before an open row is closed (timeout)
+    write_high_watermark: int
+    write_low_watermark: int
+    refresh: str
+    arbiter: str
+    refresh_stagger: bool  # spread ranks' refresh deadlines over tREFI (False: all ranks refresh together)
+    frontend_delay_cycles: int
+    write_queue_forwarding: bool  # reads of a queued write's address are served from it; repeated writes merge
+    bank_queue_depth: int  # 0: the scheduler sees the whole queue; >0: per-bank command queues fed 1/cycle
+
+
+@dataclass(frozen=True)
+class FrontendConfig:
+    max_injections_per_cycle: int  # 0 = unlimited
+    posted_writes: bool
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    standard: str
+    organization: Organization
+    timing: Timing
+    mapping: AddressMapping
+    controller: ControllerConfig
+    frontend: FrontendConfig
+    source_file: str | None
+    resolved_tree: dict[str, Any]
+
+
+def _impl_section(section: Section, key: str, registry: Registry, default: str) -> tuple[str, Section]:
+    """`key: name` or `key: {impl: name, ...params}`."""
+    value = section.raw(key, default)
+    if isinstance(value, str):
+        value = {"impl": value}
+    sub = Section(value, section.where(key), section.file)
+    name = sub.choice("impl", registry.names())
+    return name, sub
+
+
+def parse_controller(section: Section) -> ControllerConfig:
+    rq = section.int("read_queue_depth", 32, minimum=1)
+    wq = section.int("write_queue_depth", 32, minimum=1)
+    scheduler = section.choice("scheduler", SCHEDULERS.names(), "frfcfs")
+    policy, policy_section = _impl_section(section, "row_policy", ROW_POLICIES, "open")
+    cap = policy_section.int("cap", 4, minimum=1) if policy == "open_cap" else 4
+    timeout = policy_section.int("timeout_cycles", 64, minimum=1) if policy == "timeout" else 64
+    policy_section.done()
+    drain = section.sub("write_drain", {})
+    high = drain.int("high_watermark", max(1, wq * 3 // 4), minimum=1)
+    low = drain.int("low_watermark", max(0, wq // 4), minimum=0)
+    drain.done()
+    if high > wq:
+        raise drain.error("high_watermark", f"{high} exceeds write_queue_depth {wq}")
+    if low >= high:
+        raise drain.error("low_watermark", f"{low} must be below high_watermark {high}")
+    refresh, refresh_section = _impl_section(section, "refresh", REFRESH_MODES, "all_bank")
+    stagger = refresh_section.bool("stagger", False)
+    refresh_section.done()
+    arbiter, arbiter_section = _impl_section(section, "arbiter", ARBITERS, "shared")
+    arbiter_section.done()
+    delay = section.int("frontend_delay_cycles", 1, minimum=1)
+    forward = section.bool("write_queue_forwarding", True)
+    bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0)
+    section.done()
+    return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, refresh, arbiter, stagger, delay,
+                            forward, bank_queue_depth)
+
+
+def parse_frontend(section: Section) -> FrontendConfig:
+    cap = section.int("max_injections_per_cycle", 0, minimum=0)
+    posted = section.bool("posted_writes", True)
+    section.done()
+    return FrontendConfig(cap, posted)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else None
+        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path), where=where) from None
+
+
+def available_standards() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in STANDARDS_DIR.glob("*.yaml")))
+
+
+def resolve_memory_tree(tree: Any, file: str | None, overrides: tuple[str, ...] | list[str] = ()) -> dict:
+    """The full `memory` mapping: preset values under the file's values, then the overrides."""
+    if not isinstance(tree, dict) or "memory" not in tree:
+        raise ConfigError("expected a top-level `memory:` mapping", file=file, where="memory")
+    unknown_top = sorted(set(tree) - {"memory"})
+    if unknown_top:
+        raise ConfigError(f"unknown key {unknown_top[0]!r}", file=file, where=unknown_top[0])
+    memory = tree["memory"]
+    if not isinstance(memory, dict):
+        raise ConfigError("expected a mapping", file=file, where="memory")
+    preset = memory.get("preset")
+    merged: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in available_standards():
+            raise ConfigError(f"unknown preset {preset!r} (available: {', '.join(available_standards())})",
+                              file=file, where="memory.preset")
+        base = _read_yaml(STANDARDS_DIR / f"{preset}.yaml")
+        merged = deep_merge(base, {})
+    merged = deep_merge(merged, memory)
+    merged.setdefault("controller", {})
+    merged.setdefault("frontend", {})
+    full = {"memory": merged}
+    apply_overrides(full, overrides, file)
+    return full
+
+
+def build_memory_config(full: dict[str, Any], file: str | None) -> MemoryConfig:
+    root = Section(full["memory"], "memory", file)
+    standard = root.str("preset", "custom")
+    organization = parse_organization(root.sub("organization"))
+    timing = parse_timing(root.sub("timing"), organization)
+    mapping = parse_address_mapping(root.sub("address_mapping"), organization)
+    controller = parse_controller(root.sub("controller"))
+    frontend = parse_frontend(root.sub("frontend"))
+    root.done()
+    return MemoryConfig(standard, organization, timing, mapping, controller, frontend, file, full)
+
+
+def load_memory_config(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> MemoryConfig:
+    path = Path(path)
+    full = resolve_memory_tree(_read_yaml(path), str(path), overrides)
+    return build_memory_config(full, str(path))
+
+
+def memory_config_from_preset(preset: str, overrides: tuple[str, ...] | list[str] = (),
+                              extra: dict[str, Any] | None = None) -> MemoryConfig:
+    """Build from a preset name without a file (tests, scripts)."""
+    tree = {"memory": deep_merge({"preset": preset}, extra or {})}
+    full = resolve_memory_tree(tree, None, overrides)
+    return build_memory_config(full, None)

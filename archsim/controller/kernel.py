@@ -1,0 +1,602 @@
+"""The compiled controller + bank-timing loop: event-driven, struct-of-arrays, no Python objects.
+
+One call advances the whole memory (every channel) until a number of requests has been injected or all
+are done; state lives in arrays so the Python side can run it in chunks (progress bar) and resume.
+
+Per pseudo-channel: an age-ordered read queue and write queue. With `bank_queue_depth` > 0 the queues
+are transaction queues that feed per-bank command queues one request per cycle (DRAMSim3's structure):
+only requests moved into a bank queue are schedulable. Per channel: one row-command and one
+column-command slot per cycle, shared by its pseudo-channels (HBM's separate row and column buses).
+A channel is evaluated only at cycles where something may happen: the earliest issue time of a queued
+request's next command, a refresh deadline, or the cycle after it issued or moved a request.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = 0, 1, 2, 3, 4, 5, 6, 7, 8
+NCMD = 9
+INF = np.int64(1) << np.int64(62)
+NEG = -(np.int64(1) << np.int64(40))
+
+# Integer parameters, in `prm`.
+P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_TIMEOUT = range(11)
+P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
+P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD = range(21, 26)
+N_PARAMS = 26
+
+# Scalars carried between calls, in `scal`.
+S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE = range(7)
+N_SCALARS = 7
+
+# Request classes.
+C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
+
+POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
+
+
+@njit(cache=True, inline="always")
+def _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
+    e = nxt_bank[gb, cmd]
+    v = nxt_bg[bgf, cmd]
+    if v > e:
+        e = v
+    v = nxt_rank[rf, cmd]
+    if v > e:
+        e = v
+    v = nxt_pc[pc, cmd]
+    if v > e:
+        e = v
+    if cmd == ACT:
+        v = faw[rf, faw_pos[rf]] + tfaw
+        if v > e:
+            e = v
+    return e
+
+
+@njit(cache=True)
+def _apply(cmd, t, gb, bgf, rf, pc, ranks, gap, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
+    """Push every scope's earliest-issue times forward after `cmd` issued at `t`."""
+    for n in range(NCMD):
+        g = gap[0, cmd, n]
+        if g >= 0 and t + g > nxt_bank[gb, n]:
+            nxt_bank[gb, n] = t + g
+        g = gap[1, cmd, n]
+        if g >= 0 and t + g > nxt_bg[bgf, n]:
+            nxt_bg[bgf, n] = t + g
+        g = gap[2, cmd, n]
+        if g >= 0 and t + g > nxt_rank[rf, n]:
+            nxt_rank[rf, n] = t + g
+        g = gap[3, cmd, n]
+        if g >= 0 and t + g > nxt_pc[pc, n]:
+            nxt_pc[pc, n] = t + g
+        g = gap[4, cmd, n]
+        if g >= 0 and ranks > 1:
+            for r in range(pc * ranks, pc * ranks + ranks):
+                if r != rf and t + g > nxt_rank[r, n]:
+                    nxt_rank[r, n] = t + g
+
+
+@njit(cache=True)
+def _row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                  faw, faw_pos, tfaw):
+    """Earliest issue of a row command; PREA looks at every open bank of the rank."""
+    r = bank // bpr
+    rf = pc * ranks + r
+    if cmd == PREA or cmd == REF:
+        e = nxt_rank[rf, cmd]
+        if nxt_pc[pc, cmd] > e:
+            e = nxt_pc[pc, cmd]
+        if cmd == PREA:
+            for bb in range(bpr):
+                b = r * bpr + bb
+                if open_row[pc * bpp + b] >= 0:
+                    v = _earliest(PREA, pc * bpp + b, pc * ranks * bgs + b // banks, rf, pc, nxt_bank, nxt_bg,
+                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                    if v > e:
+                        e = v
+        return e
+    return _earliest(cmd, pc * bpp + bank, pc * ranks * bgs + bank // banks, rf, pc, nxt_bank, nxt_bg, nxt_rank,
+                     nxt_pc, faw, faw_pos, tfaw)
+
+
+@njit(cache=True)
+def _log(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row):
+    k = scal[S_NLOG]
+    if k < log_cycle.shape[0]:
+        log_cycle[k] = t
+        log_cmd[k] = cmd
+        log_pc[k] = pc
+        log_bank[k] = bank
+        log_row[k] = row
+        scal[S_NLOG] = k + 1
+    else:
+        scal[S_LOGOVF] = 1
+
+
+@njit(cache=True)
+def _remove(queue, qlen, pc, i):
+    n = qlen[pc]
+    for j in range(i, n - 1):
+        queue[pc, j] = queue[pc, j + 1]
+    qlen[pc] = n - 1
+
+
+@njit(cache=True)
+def _count_hits(queue, qlen, pc, b, row, req_bank, req_row, ready):
+    """Schedulable requests of one queue that target bank `b`, row `row`."""
+    h = 0
+    for j in range(qlen[pc]):
+        idx = queue[pc, j]
+        if req_bank[idx] == b and req_row[idx] == row and ready[idx] < INF:
+            h += 1
+    return h
+
+
+@njit(cache=True)
+def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, req_bank, req_row, ready):
+    """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
+    for j in range(qlen[pc]):
+        idx = queue[pc, j]
+        if ready[idx] < INF:
+            continue
+        gb = base + req_bank[idx]
+        if win[gb] < bqd:
+            win[gb] += 1
+            ready[idx] = t + 1
+            unmoved[pc] -= 1
+            if open_row[gb] == req_row[idx]:
+                hits[gb] += 1
+            return True
+    return False
+
+
+@njit(cache=True)
+def run_kernel(stop_ptr, prm, gap, scal,
+               req_ts, req_pc, req_bank, req_row, req_write, req_addr,
+               accept, ready, done, klass, bank_conflict,
+               nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
+               open_row, col_count, last_col, hits_r, hits_w, pend, busy_until, win,
+               rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining,
+               ref_due, ref_ptr, chan_next, cmd_count,
+               log_cycle, log_cmd, log_pc, log_bank, log_row):
+    n_req = req_ts.shape[0]
+    nch = prm[P_NCH]
+    pcs = prm[P_PCS]
+    ranks = prm[P_RANKS]
+    bgs = prm[P_BGS]
+    banks = prm[P_BANKS]
+    bpr = bgs * banks
+    bpp = ranks * bpr
+    rqd = prm[P_RQ]
+    wqd = prm[P_WQ]
+    fcfs = prm[P_SCHED] == 1
+    policy = prm[P_POLICY]
+    cap = prm[P_CAP]
+    timeout = prm[P_TIMEOUT]
+    high = prm[P_HIGH]
+    low = prm[P_LOW]
+    refresh = prm[P_REFRESH]
+    delay = prm[P_DELAY]
+    forward = prm[P_FORWARD] != 0
+    injcap = prm[P_INJCAP]
+    posted = prm[P_POSTED] != 0
+    cl = prm[P_CL]
+    cwl = prm[P_CWL]
+    burst = prm[P_BURST]
+    tfaw = prm[P_FAW]
+    trefi = prm[P_REFI]
+    trefipb = prm[P_REFIPB]
+    logging = prm[P_LOGCAP] > 0
+    bqd = prm[P_BQD]
+    bankq = bqd > 0
+
+    t = scal[S_T]
+    ptr = scal[S_PTR]
+    queued = scal[S_QUEUED]
+    last = scal[S_LAST]
+
+    while True:
+        # ---- injection in trace order, head-of-line blocking on a full queue
+        injected = 0
+        blocked = False
+        while ptr < n_req and ptr < stop_ptr:
+            if req_ts[ptr] > t:
+                break
+            if injcap > 0 and injected >= injcap:
+                break
+            idx = ptr
+            pc = req_pc[idx]
+            is_w = req_write[idx] != 0
+            if is_w:
+                full = (wq_unmoved[pc] if bankq else wq_len[pc]) >= wqd
+            else:
+                full = (rq_unmoved[pc] if bankq else rq_len[pc]) >= rqd
+            if full:
+                blocked = True
+                break
+            accept[idx] = t
+            if t > last:
+                last = t
+            ptr += 1
+            injected += 1
+            b = req_bank[idx]
+            gb = pc * bpp + b
+            row = req_row[idx]
+            orow = open_row[gb]
+            if (orow >= 0 and orow != row) or (pend[gb] > 0 and orow != row) or busy_until[gb] > t:
+                bank_conflict[idx] = 1
+            if forward:
+                # a read of a queued write's address is served from the write queue; a second write to a
+                # queued address merges into it
+                a = req_addr[idx]
+                hit = False
+                for j in range(wq_len[pc]):
+                    if req_addr[wq[pc, j]] == a:
+                        hit = True
+                        break
+                if hit:
+                    done[idx] = t + 1
+                    klass[idx] = C_FORWARD
+                    if t + 1 > last:
+                        last = t + 1
+                    continue
+            if bankq:
+                ready[idx] = INF
+            else:
+                ready[idx] = t + delay
+            if is_w:
+                wq[pc, wq_len[pc]] = idx
+                wq_len[pc] += 1
+                wq_unmoved[pc] += 1
+                if orow == row and not bankq:
+                    hits_w[gb] += 1
+                if posted:
+                    done[idx] = t
+            else:
+                rq[pc, rq_len[pc]] = idx
+                rq_len[pc] += 1
+                rq_unmoved[pc] += 1
+                if orow == row and not bankq:
+                    hits_r[gb] += 1
+            pend[gb] += 1
+            queued += 1
+            ch = pc // pcs
+            if chan_next[ch] > t + delay:
+                chan_next[ch] = t + delay if not bankq else t + delay - 1
+
+        # ---- channels due at t
+        freed = False
+        for ch in range(nch):
+            if chan_next[ch] > t:
+                continue
+            nt = INF
+            col_pc = -1
+            col_i = -1
+            col_w = False
+            col_cmd = -1
+            col_age = INF
+            row_pc = -1
+            row_req = -1
+            row_cmd = -1
+            row_age = INF
+            row_bank = -1
+            row_is_ref = False
+            for p in range(pcs):
+                pc = ch * pcs + p
+                base = pc * bpp
+                # write-drain mode with watermarks; writes are also served when no read waits
+                if draining[pc]:
+                    if wq_len[pc] <= low:
+                        draining[pc] = False
+                elif wq_len[pc] >= high:
+                    draining[pc] = True
+                use_w = draining[pc] or (rq_len[pc] == 0 and wq_len[pc] > 0)
+                if bankq:
+                    moved = False
+                    if use_w:
+                        moved = _move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w,
+                                          req_bank, req_row, ready)
+                    else:
+                        moved = _move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r,
+                                          req_bank, req_row, ready)
+                    if moved:
+                        nt = t + 1
+                # ---- refresh: a due rank blocks activations and takes the row bus first
+                ref_block_rank = -1
+                ref_block_bank = -1
+                if refresh != 0:
+                    for r in range(ranks):
+                        rf = pc * ranks + r
+                        if ref_due[rf] > t:
+                            if ref_due[rf] < nt:
+                                nt = ref_due[rf]
+                            continue
+                        if refresh == 1:
+                            ref_block_rank = r
+                            any_open = False
+                            for bb in range(bpr):
+                                if open_row[base + r * bpr + bb] >= 0:
+                                    any_open = True
+                                    break
+                            cmd = PREA if any_open else REF
+                            tb = r * bpr
+                        else:
+                            tb = r * bpr + ref_ptr[rf]
+                            ref_block_bank = tb
+                            cmd = PRE if open_row[base + tb] >= 0 else REFPB
+                        e = _row_earliest(cmd, pc, tb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
+                                          nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                        if e <= t:
+                            if not row_is_ref:
+                                if row_pc >= 0:
+                                    nt = t + 1
+                                row_pc = pc
+                                row_cmd = cmd
+                                row_bank = tb
+                                row_req = -1
+                                row_is_ref = True
+                            else:
+                                nt = t + 1
+                        elif e < nt:
+                            nt = e
+                # ---- FR-FCFS (or FCFS) over the schedulable requests, oldest first
+                best_col = -1
+                best_row = -1
+                bc_cmd = -1
+                br_cmd = -1
+                bc_w = False
+                for qsel in range(2):
+                    if bankq:
+                        scan_w = qsel == 1
+                    else:
+                        if qsel == 1:
+                            break
+                        scan_w = use_w
+                    qn = wq_len[pc] if scan_w else rq_len[pc]
+                    for i in range(qn):
+                        idx = wq[pc, i] if scan_w else rq[pc, i]
+                        rdy = ready[idx]
+                        if rdy > t:
+                            if rdy < nt:
+                                nt = rdy
+                            if bankq:
+                                continue
+                            break
+                        b = req_bank[idx]
+                        gb = base + b
+                        rank = b // bpr
+                        rf = pc * ranks + rank
+                        bgf = pc * ranks * bgs + b // banks
+                        row = req_row[idx]
+                        orow = open_row[gb]
+                        if orow == row:
+                            if best_col < 0 or idx < best_col:
+                                auto = False
+                                if policy == POL_CLOSED:
+                                    auto = (hits_w[gb] if scan_w else hits_r[gb]) <= 1
+                                cmd = (WRA if auto else WR) if scan_w else (RDA if auto else RD)
+                                e = _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                                              faw, faw_pos, tfaw)
+                                if e <= t:
+                                    best_col = idx
+                                    bc_cmd = cmd
+                                    bc_w = scan_w
+                                elif e < nt:
+                                    nt = e
+                        elif (best_row < 0 or idx < best_row) and not row_is_ref:
+                            if orow < 0:
+                                if rank == ref_block_rank or b == ref_block_bank:
+                                    if fcfs:
+                                        break
+                                    continue
+                                cmd = ACT
+                            else:
+                                hits = hits_r[gb] + hits_w[gb] if bankq else (hits_w[gb] if scan_w else hits_r[gb])
+                                if hits > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                                    if fcfs:
+                                        break
+                                    continue
+                                cmd = PRE
+                            e = _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                                          faw, faw_pos, tfaw)
+                            if e <= t:
+                                best_row = idx
+                                br_cmd = cmd
+                            elif e < nt:
+                                nt = e
+                        if fcfs or (best_col >= 0 and best_row >= 0 and idx >= best_col and idx >= best_row):
+                            break
+                # ---- timeout policy: close idle rows nobody is waiting for
+                timeout_bank = -1
+                if policy == POL_TIMEOUT and best_row < 0 and not row_is_ref:
+                    for bb in range(bpp):
+                        gbb = base + bb
+                        if open_row[gbb] < 0 or hits_r[gbb] + hits_w[gbb] > 0:
+                            continue
+                        e = _row_earliest(PRE, pc, bb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
+                                          nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                        v = last_col[gbb] + timeout
+                        if v > e:
+                            e = v
+                        if e <= t:
+                            timeout_bank = bb
+                            break
+                        if e < nt:
+                            nt = e
+                # ---- this pseudo-channel's candidates onto the channel's two buses (oldest wins)
+                if best_col >= 0:
+                    if best_col < col_age:
+                        if col_pc >= 0:
+                            nt = t + 1
+                        col_pc = pc
+                        col_i = best_col
+                        col_cmd = bc_cmd
+                        col_w = bc_w
+                        col_age = best_col
+                    else:
+                        nt = t + 1
+                if best_row >= 0 or timeout_bank >= 0:
+                    if row_is_ref:
+                        nt = t + 1
+                    else:
+                        age = best_row if best_row >= 0 else INF - 1
+                        if age < row_age:
+                            if row_pc >= 0:
+                                nt = t + 1
+                            row_pc = pc
+                            row_age = age
+                            if best_row >= 0:
+                                row_req = best_row
+                                row_cmd = br_cmd
+                                row_bank = req_bank[best_row]
+                            else:
+                                row_req = -1
+                                row_cmd = PRE
+                                row_bank = timeout_bank
+                        else:
+                            nt = t + 1
+
+            issued = False
+            # ---- column command
+            if col_pc >= 0:
+                pc = col_pc
+                idx = col_i
+                if col_w:
+                    for j in range(wq_len[pc]):
+                        if wq[pc, j] == idx:
+                            _remove(wq, wq_len, pc, j)
+                            break
+                else:
+                    for j in range(rq_len[pc]):
+                        if rq[pc, j] == idx:
+                            _remove(rq, rq_len, pc, j)
+                            break
+                b = req_bank[idx]
+                gb = pc * bpp + b
+                rf = pc * ranks + b // bpr
+                bgf = pc * ranks * bgs + b // banks
+                _apply(col_cmd, t, gb, bgf, rf, pc, ranks, gap, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                cmd_count[col_cmd] += 1
+                if col_w:
+                    end = t + cwl + burst
+                    hits_w[gb] -= 1
+                    if not bankq:
+                        wq_unmoved[pc] -= 1
+                    if not posted:
+                        done[idx] = end
+                else:
+                    end = t + cl + burst
+                    hits_r[gb] -= 1
+                    if not bankq:
+                        rq_unmoved[pc] -= 1
+                    done[idx] = end
+                if bankq:
+                    win[gb] -= 1
+                if end > last:
+                    last = end
+                if klass[idx] < 0:
+                    klass[idx] = C_HIT
+                pend[gb] -= 1
+                col_count[gb] += 1
+                last_col[gb] = t
+                if col_cmd == RDA or col_cmd == WRA:
+                    open_row[gb] = -1
+                    hits_r[gb] = 0
+                    hits_w[gb] = 0
+                if logging:
+                    _log(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
+                queued -= 1
+                freed = True
+                issued = True
+                # the column command may have moved the gates of a row command picked in the same cycle
+                if row_pc >= 0 and _row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
+                                                 nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
+                    row_pc = -1
+            # ---- row command
+            if row_pc >= 0:
+                pc = row_pc
+                base = pc * bpp
+                b = row_bank
+                gb = base + b
+                r = b // bpr
+                rf = pc * ranks + r
+                bgf = pc * ranks * bgs + b // banks
+                _apply(row_cmd, t, gb, bgf, rf, pc, ranks, gap, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                row = -1
+                if row_cmd == ACT:
+                    idx = row_req
+                    row = req_row[idx]
+                    open_row[gb] = row
+                    col_count[gb] = 0
+                    faw[rf, faw_pos[rf]] = t
+                    faw_pos[rf] = (faw_pos[rf] + 1) % 4
+                    hits_r[gb] = _count_hits(rq, rq_len, pc, b, row, req_bank, req_row, ready)
+                    hits_w[gb] = _count_hits(wq, wq_len, pc, b, row, req_bank, req_row, ready)
+                    if klass[idx] < 0:
+                        klass[idx] = C_MISS
+                elif row_cmd == PRE:
+                    row = open_row[gb]
+                    open_row[gb] = -1
+                    hits_r[gb] = 0
+                    hits_w[gb] = 0
+                    if row_req >= 0 and klass[row_req] < 0:
+                        klass[row_req] = C_CONFLICT
+                elif row_cmd == PREA:
+                    for bb in range(bpr):
+                        gbb = base + r * bpr + bb
+                        open_row[gbb] = -1
+                        hits_r[gbb] = 0
+                        hits_w[gbb] = 0
+                elif row_cmd == REF:
+                    ref_due[rf] += trefi
+                    for bb in range(bpr):
+                        busy_until[base + r * bpr + bb] = nxt_rank[rf, ACT]
+                else:  # REFpb
+                    ref_due[rf] += trefipb
+                    ref_ptr[rf] = (ref_ptr[rf] + 1) % bpr
+                    busy_until[gb] = nxt_bank[gb, ACT]
+                if logging:
+                    _log(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
+                cmd_count[row_cmd] += 1
+                issued = True
+            if issued:
+                nt = t + 1
+            chan_next[ch] = nt
+
+        if ptr >= n_req and queued == 0:
+            scal[S_DONE] = 1
+            break
+        if ptr >= stop_ptr and ptr < n_req:
+            break
+        # ---- next event: the earliest channel event or the next injection
+        nt = INF
+        for ch in range(nch):
+            if chan_next[ch] < nt:
+                nt = chan_next[ch]
+        if ptr < n_req:
+            if blocked:
+                if freed and t + 1 < nt:
+                    nt = t + 1
+                elif bankq and t + 1 < nt:
+                    nt = t + 1
+            elif injcap > 0 and injected >= injcap and req_ts[ptr] <= t:
+                if t + 1 < nt:
+                    nt = t + 1
+            else:
+                v = req_ts[ptr]
+                if v < t + 1:
+                    v = t + 1
+                if v < nt:
+                    nt = v
+        if nt <= t:
+            nt = t + 1
+        t = nt
+
+    scal[S_T] = t
+    scal[S_PTR] = ptr
+    scal[S_QUEUED] = queued
+    scal[S_LAST] = last
+    return t

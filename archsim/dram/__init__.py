@@ -1,0 +1,1 @@
+"""DRAM standards as data, timing tables, address mapping and the command vocabulary."""

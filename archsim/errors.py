@@ -1,0 +1,35 @@
+"""The one exception family the CLI turns into a single line and exit code 2."""
+
+from __future__ import annotations
+
+
+class ArchsimError(Exception):
+    """Bad user input: the message names the file and the dotted config path or line number."""
+
+    def __init__(self, message: str, *, file: str | None = None, where: str | None = None) -> None:
+        self.file = file
+        self.where = where
+        self.detail = message
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        location = ""
+        if self.file and self.where:
+            location = f"{self.file}: {self.where}: "
+        elif self.file:
+            location = f"{self.file}: "
+        elif self.where:
+            location = f"{self.where}: "
+        return f"{location}{self.detail}"
+
+
+class ConfigError(ArchsimError):
+    """A config value is unknown, missing, badly typed or inconsistent (`where` is the dotted path)."""
+
+
+class TraceError(ArchsimError):
+    """A trace file does not parse, is truncated or corrupted (`where` is `line N` or a column)."""
+
+
+class ProgramError(ArchsimError):
+    """A PNM program is malformed (`where` is `line N`)."""

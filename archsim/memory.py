@@ -1,0 +1,242 @@
+"""Facade over the controller kernel: feed request arrays in, get completions, command log and stats out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from archsim.config.memory import (
+    REFRESH_MODES, ROW_POLICIES, SCHEDULERS, SOURCES, MemoryConfig,
+)
+from archsim.controller import kernel as K
+from archsim.dram.spec import refresh_interval_per_bank
+from archsim.dram.timing_table import compile_timing_table
+from archsim.errors import TraceError
+
+
+@dataclass(frozen=True)
+class Requests:
+    """A physical request stream in trace order (struct of arrays)."""
+
+    timestamp_cycles: np.ndarray  # int64, earliest injection cycle of the memory command clock
+    address: np.ndarray  # uint64 byte address
+    is_write: np.ndarray  # uint8
+    source: np.ndarray  # uint8 index into SOURCES (0 host, 1 pnm)
+
+    def __len__(self) -> int:
+        return int(self.address.shape[0])
+
+    @staticmethod
+    def build(timestamp_cycles: np.ndarray, address: np.ndarray, is_write: np.ndarray,
+              source: np.ndarray | None = None) -> Requests:
+        n = len(address)
+        src = np.zeros(n, dtype=np.uint8) if source is None else np.asarray(source, dtype=np.uint8)
+        return Requests(np.asarray(timestamp_cycles, dtype=np.int64), np.asarray(address, dtype=np.uint64),
+                        np.asarray(is_write, dtype=np.uint8), src)
+
+
+@dataclass(frozen=True)
+class CommandLog:
+    """Every command issued, in issue order: cycle, code (archsim.dram.commands), pseudo-channel, bank, row."""
+
+    cycle: np.ndarray
+    command: np.ndarray
+    pseudo_channel: np.ndarray
+    bank: np.ndarray  # bank index within the pseudo-channel: (rank * bankgroups + bankgroup) * banks + bank
+    row: np.ndarray  # -1 for commands without a row (PREA, REF)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    config: MemoryConfig
+    requests: Requests
+    pseudo_channel: np.ndarray
+    accept_cycle: np.ndarray
+    done_cycle: np.ndarray
+    request_class: np.ndarray  # 0 hit, 1 miss, 2 conflict, 3 forwarded from the write queue
+    bank_conflict: np.ndarray
+    command_counts: np.ndarray
+    total_cycles: int
+    wall_s: float
+    compile_s: float
+    command_log: CommandLog | None
+
+
+def kernel_params(cfg: MemoryConfig, log_capacity: int) -> np.ndarray:
+    org, t, c, f = cfg.organization, cfg.timing, cfg.controller, cfg.frontend
+    prm = np.zeros(K.N_PARAMS, dtype=np.int64)
+    prm[K.P_NCH] = org.n_channels
+    prm[K.P_PCS] = org.pseudo_channels
+    prm[K.P_RANKS] = org.ranks
+    prm[K.P_BGS] = org.bankgroups
+    prm[K.P_BANKS] = org.banks_per_group
+    prm[K.P_RQ] = c.read_queue_depth
+    prm[K.P_WQ] = c.write_queue_depth
+    prm[K.P_SCHED] = SCHEDULERS.get(c.scheduler)
+    prm[K.P_POLICY] = ROW_POLICIES.get(c.row_policy)
+    prm[K.P_CAP] = c.row_policy_cap
+    prm[K.P_TIMEOUT] = c.row_policy_timeout_cycles
+    prm[K.P_HIGH] = c.write_high_watermark
+    prm[K.P_LOW] = c.write_low_watermark
+    prm[K.P_REFRESH] = REFRESH_MODES.get(c.refresh)
+    prm[K.P_DELAY] = c.frontend_delay_cycles
+    prm[K.P_FORWARD] = int(c.write_queue_forwarding)
+    prm[K.P_INJCAP] = f.max_injections_per_cycle
+    prm[K.P_POSTED] = int(f.posted_writes)
+    prm[K.P_CL] = t.CL
+    prm[K.P_CWL] = t.CWL
+    prm[K.P_BURST] = t.tBURST
+    prm[K.P_FAW] = t.tFAW
+    prm[K.P_REFI] = t.tREFI
+    prm[K.P_REFIPB] = refresh_interval_per_bank(org, t)
+    prm[K.P_LOGCAP] = log_capacity
+    prm[K.P_BQD] = c.bank_queue_depth
+    return prm
+
+
+def _initial_refresh_due(cfg: MemoryConfig) -> np.ndarray:
+    """First refresh deadline per rank: one interval in, staggered evenly across ranks unless disabled."""
+    org, t = cfg.organization, cfg.timing
+    n_ranks = org.n_pseudo_channels * org.ranks
+    interval = t.tREFI if cfg.controller.refresh == "all_bank" else refresh_interval_per_bank(org, t)
+    due = np.full(n_ranks, interval, dtype=np.int64)
+    if cfg.controller.refresh_stagger:
+        due += (np.arange(n_ranks, dtype=np.int64) * interval) // n_ranks
+    return due
+
+
+def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: str | None) -> np.ndarray:
+    capacity = cfg.organization.capacity_bytes
+    over = np.nonzero(address >= np.uint64(capacity))[0]
+    if over.size:
+        if not wrap:
+            first = int(over[0])
+            raise TraceError(f"address {int(address[first]):#x} of request {first} is beyond the memory's capacity "
+                             f"of {capacity:#x} bytes (pass --wrap to fold addresses into range)",
+                             file=file, where=f"request {first}")
+        address = address % np.uint64(capacity)
+    return address
+
+
+def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, progress: bool = False,
+           chunk_requests: int = 200_000) -> ReplayResult:
+    """Run the request stream through the controllers and banks; see docs/memory.md for the semantics."""
+    org = cfg.organization
+    n = len(requests)
+    if n == 0:
+        raise TraceError("the trace holds no requests")
+    if np.any(np.diff(requests.timestamp_cycles) < 0):
+        first = int(np.nonzero(np.diff(requests.timestamp_cycles) < 0)[0][0]) + 1
+        raise TraceError(f"timestamps go backwards at request {first}: requests are replayed in trace order",
+                         where=f"request {first}")
+    dec = cfg.mapping.decode(requests.address)
+    pc = dec.flat_pseudo_channel(org).astype(np.int32)
+    bank = dec.bank_in_pseudo_channel(org).astype(np.int32)
+    row = dec.row.astype(np.int32)
+    addr = requests.address.astype(np.int64)
+
+    n_pc = org.n_pseudo_channels
+    n_bank = org.n_banks
+    n_rank = n_pc * org.ranks
+    n_bg = n_rank * org.bankgroups
+    log_capacity = 0
+    if command_log:
+        expected_refreshes = 64 + int(requests.timestamp_cycles[-1] // max(1, cfg.timing.tREFI // 64))
+        log_capacity = 4 * n + n_rank * expected_refreshes
+    while True:
+        prm = kernel_params(cfg, log_capacity)
+        gap = compile_timing_table(cfg.timing)
+        scal = np.zeros(K.N_SCALARS, dtype=np.int64)
+        accept = np.full(n, -1, dtype=np.int64)
+        ready = np.full(n, K.INF, dtype=np.int64)
+        done = np.full(n, -1, dtype=np.int64)
+        klass = np.full(n, -1, dtype=np.int8)
+        conflict = np.zeros(n, dtype=np.uint8)
+        nxt_bank = np.zeros((n_bank, K.NCMD), dtype=np.int64)
+        nxt_bg = np.zeros((n_bg, K.NCMD), dtype=np.int64)
+        nxt_rank = np.zeros((n_rank, K.NCMD), dtype=np.int64)
+        nxt_pc = np.zeros((n_pc, K.NCMD), dtype=np.int64)
+        faw = np.full((n_rank, 4), K.NEG, dtype=np.int64)
+        faw_pos = np.zeros(n_rank, dtype=np.int64)
+        open_row = np.full(n_bank, -1, dtype=np.int64)
+        col_count = np.zeros(n_bank, dtype=np.int64)
+        last_col = np.zeros(n_bank, dtype=np.int64)
+        hits_r = np.zeros(n_bank, dtype=np.int64)
+        hits_w = np.zeros(n_bank, dtype=np.int64)
+        pend = np.zeros(n_bank, dtype=np.int64)
+        busy_until = np.zeros(n_bank, dtype=np.int64)
+        window = org.banks_per_pseudo_channel * cfg.controller.bank_queue_depth
+        win = np.zeros(n_bank, dtype=np.int64)
+        rq = np.zeros((n_pc, cfg.controller.read_queue_depth + window), dtype=np.int64)
+        rq_len = np.zeros(n_pc, dtype=np.int64)
+        rq_unmoved = np.zeros(n_pc, dtype=np.int64)
+        wq = np.zeros((n_pc, cfg.controller.write_queue_depth + window), dtype=np.int64)
+        wq_len = np.zeros(n_pc, dtype=np.int64)
+        wq_unmoved = np.zeros(n_pc, dtype=np.int64)
+        draining = np.zeros(n_pc, dtype=np.bool_)
+        ref_due = _initial_refresh_due(cfg)
+        ref_ptr = np.zeros(n_rank, dtype=np.int64)
+        chan_next = np.full(org.n_channels, K.INF, dtype=np.int64)
+        cmd_count = np.zeros(K.NCMD, dtype=np.int64)
+        cap = max(1, log_capacity)
+        log_cycle = np.zeros(cap, dtype=np.int64)
+        log_cmd = np.zeros(cap, dtype=np.int8)
+        log_pc = np.zeros(cap, dtype=np.int32)
+        log_bank = np.zeros(cap, dtype=np.int32)
+        log_row = np.zeros(cap, dtype=np.int64)
+
+        def run(stop: int) -> None:
+            K.run_kernel(stop, prm, gap, scal, requests.timestamp_cycles, pc, bank, row, requests.is_write,
+                         addr, accept, ready, done, klass, conflict, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw,
+                         faw_pos, open_row, col_count, last_col, hits_r, hits_w, pend, busy_until, win, rq, rq_len,
+                         rq_unmoved, wq, wq_len, wq_unmoved, draining, ref_due, ref_ptr, chan_next, cmd_count,
+                         log_cycle, log_cmd, log_pc, log_bank, log_row)
+
+        compile_start = time.perf_counter()
+        warm_up()
+        compile_s = time.perf_counter() - compile_start
+        start = time.perf_counter()
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, unit="req", mininterval=1.0, delay=2.0, leave=False)
+        while scal[K.S_DONE] == 0:
+            before = int(scal[K.S_PTR])
+            run(min(n, before + chunk_requests))
+            if bar is not None:
+                bar.update(int(scal[K.S_PTR]) - before)
+        if bar is not None:
+            bar.close()
+        wall_s = time.perf_counter() - start
+        if scal[K.S_LOGOVF] == 0:
+            break
+        log_capacity *= 2
+    log = None
+    if command_log:
+        k = int(scal[K.S_NLOG])
+        log = CommandLog(log_cycle[:k].copy(), log_cmd[:k].copy(), log_pc[:k].copy(), log_bank[:k].copy(),
+                         log_row[:k].copy())
+    return ReplayResult(cfg, requests, pc, accept, done, klass, conflict, cmd_count, int(scal[K.S_LAST]), wall_s,
+                        compile_s, log)
+
+
+_WARM = False
+
+
+def warm_up() -> None:
+    """Compile (or load from cache) the kernel once per process on a two-request stream."""
+    global _WARM
+    if _WARM:
+        return
+    _WARM = True
+    from archsim.config.memory import memory_config_from_preset
+
+    cfg = memory_config_from_preset("HBM2")
+    reqs = Requests.build(np.array([0, 1]), np.array([0, 64]), np.array([0, 1]))
+    replay(cfg, reqs)
+
+
+__all__ = ["Requests", "ReplayResult", "CommandLog", "replay", "check_addresses", "SOURCES", "warm_up"]

@@ -1,0 +1,108 @@
+"""Numpy reference for decode attention, and the operator description the kernels implement.
+
+The reference works in float64 on whatever K/V values it is given: pass it the dequantized
+cache to measure the datapath's arithmetic error, or the original values to measure the
+quantization error as well.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from archsim.pnm.dtypes import ELEMENT_BYTES
+
+KV_DTYPES = ("fp16", "bf16", "fp8e4m3", "int8")
+IO_DTYPES = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class DecodeAttentionSpec:
+    """One decode step of attention for a batch: what the PNM kernels compute.
+
+    MHA is group 1, MQA is kv_heads 1; `latent` is MLA (DeepSeek-V2): one shared latent cache
+    row of qk_dim = kv_lora_rank + rope_dim elements per token, V is its first v_dim elements.
+    block_tokens > 0 selects a paged KV cache with pages of that many tokens.
+    """
+
+    batch: int
+    kv_heads: int
+    group: int
+    qk_dim: int
+    v_dim: int
+    context_tokens: tuple[int, ...]
+    kv_dtype: str = "fp16"
+    scale_group: int = 0  # elements per fp32 scale along a row; 0 = unscaled
+    window_tokens: int = 0  # sliding window; 0 = full causal context
+    block_tokens: int = 0
+    latent: bool = False
+    io_dtype: str = "fp32"
+    softmax_scale: float | None = None  # default 1/sqrt(qk_dim)
+
+    def __post_init__(self) -> None:
+        if min(self.batch, self.kv_heads, self.group, self.qk_dim, self.v_dim) < 1:
+            raise ValueError("batch, kv_heads, group, qk_dim and v_dim must be positive")
+        if len(self.context_tokens) != self.batch or min(self.context_tokens) < 1:
+            raise ValueError("context_tokens needs one positive length per sequence")
+        if self.kv_dtype not in KV_DTYPES or self.io_dtype not in IO_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, io_dtype one of {IO_DTYPES}")
+        if self.kv_dtype == "int8" and self.scale_group <= 0:
+            raise ValueError("int8 KV needs scale_group > 0")
+        if self.latent and (self.kv_heads != 1 or self.v_dim > self.qk_dim):
+            raise ValueError("latent (MLA) attention has one KV head and v_dim <= qk_dim")
+        if min(self.scale_group, self.window_tokens, self.block_tokens) < 0:
+            raise ValueError("scale_group, window_tokens and block_tokens must be >= 0")
+
+    @property
+    def query_heads(self) -> int:
+        return self.kv_heads * self.group
+
+    @property
+    def max_context(self) -> int:
+        return max(self.context_tokens)
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.qk_dim)
+
+    @property
+    def kv_element_bytes(self) -> int:
+        return ELEMENT_BYTES[self.kv_dtype]
+
+
+def visible_keys(context_tokens: int, window_tokens: int) -> np.ndarray:
+    """Boolean mask over key positions 0..context-1 seen by the query at position context-1."""
+    positions = np.arange(context_tokens)
+    query = context_tokens - 1
+    keep = positions <= query
+    if window_tokens > 0:
+        keep &= positions > query - window_tokens
+    return keep
+
+
+def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_tokens: tuple[int, ...] | np.ndarray,
+                     *, softmax_scale: float, window_tokens: int = 0) -> np.ndarray:
+    """softmax(scale * q k^T) v for one new token per sequence, in float64.
+
+    q [batch, kv_heads * group, qk_dim]; k [batch, kv_heads, tokens, qk_dim];
+    v [batch, kv_heads, tokens, v_dim]; returns [batch, kv_heads * group, v_dim].
+    Query head h uses KV head h // group (the GQA convention).
+    """
+    batch, query_heads, _ = q.shape
+    kv_heads = k.shape[1]
+    group = query_heads // kv_heads
+    out = np.zeros((batch, query_heads, v.shape[-1]))
+    for b in range(batch):
+        length = int(context_tokens[b])
+        keep = visible_keys(length, window_tokens)
+        kb = k[b, :, :length].astype(np.float64)[:, :, :][:, keep]
+        vb = v[b, :, :length].astype(np.float64)[:, keep]
+        qb = q[b].astype(np.float64).reshape(kv_heads, group, -1)
+        scores = np.einsum("hgd,htd->hgt", qb, kb) * softmax_scale
+        scores -= scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores)
+        weights /= weights.sum(axis=-1, keepdims=True)
+        out[b] = np.einsum("hgt,htd->hgd", weights, vb).reshape(query_heads, -1)
+    return out

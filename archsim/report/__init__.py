@@ -1,0 +1,1 @@
+"""Stats trees, tables and JSON output."""

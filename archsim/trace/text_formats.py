@@ -1,0 +1,133 @@
+"""Text trace formats of other simulators, read and written, and format auto-detection.
+
+DRAMSim3: one request per line, `0x<hex address> READ|WRITE <cycle>`, the cycle in memory command-clock
+cycles (DRAMSim3's trace CPU runs at the memory clock). Ramulator 2 LoadStore: `LD 0x<hex>` / `ST 0x<hex>`,
+no timestamps: requests are injected as fast as the controller accepts them (timestamp 0).
+Blank lines and lines starting with `#` are skipped. A line that does not parse is an error naming it.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from archsim.errors import TraceError
+from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
+
+FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
+_DRAMSIM3_OPS = {"READ": 0, "WRITE": 1, "read": 0, "write": 1}
+_RAMULATOR_OPS = {"LD": 0, "ST": 1}
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text().splitlines()
+    except FileNotFoundError:
+        raise TraceError("no such file", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise TraceError("not a text trace (binary data)", file=str(path)) from None
+
+
+def _hex(token: str, file: str, lineno: int) -> int:
+    try:
+        value = int(token, 16)
+    except ValueError:
+        raise TraceError(f"bad hex address {token!r}", file=file, where=f"line {lineno}") from None
+    if value < 0 or value >= 1 << 64:
+        raise TraceError(f"address {token!r} does not fit 64 bits", file=file, where=f"line {lineno}")
+    return value
+
+
+def read_dramsim3(path: str | Path) -> PhysicalTrace:
+    path = Path(path)
+    file = str(path)
+    addrs: list[int] = []
+    ops: list[int] = []
+    cycles: list[int] = []
+    for lineno, line in enumerate(_lines(path), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        if len(parts) != 3 or parts[1] not in _DRAMSIM3_OPS:
+            raise TraceError(f"expected `0x<hex address> READ|WRITE <cycle>`, got {line.strip()!r}", file=file,
+                             where=f"line {lineno}")
+        addrs.append(_hex(parts[0], file, lineno))
+        ops.append(_DRAMSIM3_OPS[parts[1]])
+        if not parts[2].isdigit():
+            raise TraceError(f"cycle {parts[2]!r} is not a non-negative integer", file=file, where=f"line {lineno}")
+        cycles.append(int(parts[2]))
+    return _finish(file, cycles, addrs, ops, "dramsim3")
+
+
+def read_ramulator(path: str | Path) -> PhysicalTrace:
+    path = Path(path)
+    file = str(path)
+    addrs: list[int] = []
+    ops: list[int] = []
+    for lineno, line in enumerate(_lines(path), 1):
+        parts = line.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        if len(parts) != 2 or parts[0] not in _RAMULATOR_OPS:
+            raise TraceError(f"expected `LD 0x<hex>` or `ST 0x<hex>`, got {line.strip()!r}", file=file,
+                             where=f"line {lineno}")
+        ops.append(_RAMULATOR_OPS[parts[0]])
+        addrs.append(_hex(parts[1], file, lineno))
+    return _finish(file, [0] * len(addrs), addrs, ops, "ramulator")
+
+
+def _finish(file: str, cycles: list[int], addrs: list[int], ops: list[int], fmt: str) -> PhysicalTrace:
+    if not addrs:
+        raise TraceError("the trace holds no requests", file=file)
+    n = len(addrs)
+    return PhysicalTrace(np.array(cycles, dtype=np.int64), np.array(addrs, dtype=np.uint64),
+                         np.array(ops, dtype=np.uint8), np.zeros(n, dtype=np.uint8), {"format": fmt})
+
+
+def write_dramsim3(path: str | Path, timestamp_cycles: np.ndarray, address: np.ndarray,
+                   is_write: np.ndarray) -> None:
+    ops = np.where(np.asarray(is_write) != 0, "WRITE", "READ")
+    text = "".join(f"{int(a):#x} {o} {int(c)}\n" for a, o, c in zip(address, ops, timestamp_cycles, strict=True))
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+
+
+def write_ramulator(path: str | Path, address: np.ndarray, is_write: np.ndarray) -> None:
+    ops = np.where(np.asarray(is_write) != 0, "ST", "LD")
+    text = "".join(f"{o} {int(a):#x}\n" for a, o in zip(address, ops, strict=True))
+    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+
+
+def detect_format(path: str | Path) -> str:
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except FileNotFoundError:
+        raise TraceError("no such file", file=str(path)) from None
+    if head.startswith(b"PK"):
+        return "npz"
+    for raw in io.BytesIO(head).read().decode(errors="replace").splitlines():
+        parts = raw.split()
+        if not parts or parts[0].startswith("#"):
+            continue
+        if parts[0] in _RAMULATOR_OPS:
+            return "ramulator"
+        if len(parts) >= 2 and parts[1] in _DRAMSIM3_OPS:
+            return "dramsim3"
+        break
+    raise TraceError("cannot tell the trace format (not an archsim .npz, DRAMSim3 or Ramulator LoadStore text); "
+                     "pass --format", file=str(path))
+
+
+def read_trace(path: str | Path, fmt: str = "auto") -> PhysicalTrace:
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "npz":
+        return load_physical_trace(path)
+    if fmt == "dramsim3":
+        return read_dramsim3(path)
+    if fmt == "ramulator":
+        return read_ramulator(path)
+    raise TraceError(f"unknown trace format {fmt!r} (choose one of {', '.join(FORMATS)})", file=str(path))
