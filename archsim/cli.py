@@ -48,7 +48,8 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
            check: bool, reproducible: bool, quiet: bool) -> None:
     """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats."""
     from archsim.config.memory import load_memory_config
-    from archsim.memory import Requests, check_addresses, replay as run_replay
+    from archsim.memory import Requests, check_addresses
+    from archsim.memory import replay as run_replay
     from archsim.report.memory_stats import memory_stats
     from archsim.report.output import memory_summary_rows, table, write_json
     from archsim.trace.text_formats import read_trace

@@ -12,6 +12,12 @@ class ArchsimError(Exception):
         self.detail = message
         super().__init__(self.render())
 
+    def located(self, file: str | None) -> ArchsimError:
+        """The same error with `file` filled in when the raiser did not know it."""
+        if self.file or not file:
+            return self
+        return type(self)(self.detail, file=file, where=self.where)
+
     def render(self) -> str:
         location = ""
         if self.file and self.where:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from archsim.config.memory import (
-    REFRESH_MODES, ROW_POLICIES, SCHEDULERS, SOURCES, MemoryConfig,
+    REFRESH_MODES,
+    ROW_POLICIES,
+    SCHEDULERS,
+    SOURCES,
+    MemoryConfig,
 )
-from archsim.controller import kernel as K
+from archsim.controller import kernel as K  # noqa: N812 - the kernel's constants read as K.ACT
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import TraceError
@@ -137,75 +142,26 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     row = dec.row.astype(np.int32)
     addr = requests.address.astype(np.int64)
 
-    n_pc = org.n_pseudo_channels
-    n_bank = org.n_banks
-    n_rank = n_pc * org.ranks
-    n_bg = n_rank * org.bankgroups
     log_capacity = 0
     if command_log:
         expected_refreshes = 64 + int(requests.timestamp_cycles[-1] // max(1, cfg.timing.tREFI // 64))
-        log_capacity = 4 * n + n_rank * expected_refreshes
+        log_capacity = 4 * n + org.n_pseudo_channels * org.ranks * expected_refreshes
+    compile_start = time.perf_counter()
+    warm_up()
+    compile_s = time.perf_counter() - compile_start
+    inputs = (requests.timestamp_cycles, pc, bank, row, requests.is_write, addr)
     while True:
         prm = kernel_params(cfg, log_capacity)
         gap = compile_timing_table(cfg.timing)
         scal = np.zeros(K.N_SCALARS, dtype=np.int64)
-        accept = np.full(n, -1, dtype=np.int64)
-        ready = np.full(n, K.INF, dtype=np.int64)
-        done = np.full(n, -1, dtype=np.int64)
-        klass = np.full(n, -1, dtype=np.int8)
-        conflict = np.zeros(n, dtype=np.uint8)
-        nxt_bank = np.zeros((n_bank, K.NCMD), dtype=np.int64)
-        nxt_bg = np.zeros((n_bg, K.NCMD), dtype=np.int64)
-        nxt_rank = np.zeros((n_rank, K.NCMD), dtype=np.int64)
-        nxt_pc = np.zeros((n_pc, K.NCMD), dtype=np.int64)
-        faw = np.full((n_rank, 4), K.NEG, dtype=np.int64)
-        faw_pos = np.zeros(n_rank, dtype=np.int64)
-        open_row = np.full(n_bank, -1, dtype=np.int64)
-        col_count = np.zeros(n_bank, dtype=np.int64)
-        last_col = np.zeros(n_bank, dtype=np.int64)
-        hits_r = np.zeros(n_bank, dtype=np.int64)
-        hits_w = np.zeros(n_bank, dtype=np.int64)
-        pend = np.zeros(n_bank, dtype=np.int64)
-        busy_until = np.zeros(n_bank, dtype=np.int64)
-        window = org.banks_per_pseudo_channel * cfg.controller.bank_queue_depth
-        win = np.zeros(n_bank, dtype=np.int64)
-        rq = np.zeros((n_pc, cfg.controller.read_queue_depth + window), dtype=np.int64)
-        rq_len = np.zeros(n_pc, dtype=np.int64)
-        rq_unmoved = np.zeros(n_pc, dtype=np.int64)
-        wq = np.zeros((n_pc, cfg.controller.write_queue_depth + window), dtype=np.int64)
-        wq_len = np.zeros(n_pc, dtype=np.int64)
-        wq_unmoved = np.zeros(n_pc, dtype=np.int64)
-        draining = np.zeros(n_pc, dtype=np.bool_)
-        ref_due = _initial_refresh_due(cfg)
-        ref_ptr = np.zeros(n_rank, dtype=np.int64)
-        chan_next = np.full(org.n_channels, K.INF, dtype=np.int64)
-        cmd_count = np.zeros(K.NCMD, dtype=np.int64)
-        cap = max(1, log_capacity)
-        log_cycle = np.zeros(cap, dtype=np.int64)
-        log_cmd = np.zeros(cap, dtype=np.int8)
-        log_pc = np.zeros(cap, dtype=np.int32)
-        log_bank = np.zeros(cap, dtype=np.int32)
-        log_row = np.zeros(cap, dtype=np.int64)
-
-        def run(stop: int) -> None:
-            K.run_kernel(stop, prm, gap, scal, requests.timestamp_cycles, pc, bank, row, requests.is_write,
-                         addr, accept, ready, done, klass, conflict, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw,
-                         faw_pos, open_row, col_count, last_col, hits_r, hits_w, pend, busy_until, win, rq, rq_len,
-                         rq_unmoved, wq, wq_len, wq_unmoved, draining, ref_due, ref_ptr, chan_next, cmd_count,
-                         log_cycle, log_cmd, log_pc, log_bank, log_row)
-
-        compile_start = time.perf_counter()
-        warm_up()
-        compile_s = time.perf_counter() - compile_start
+        outputs = _request_outputs(n)
+        state = _kernel_state(cfg, n)
+        log_arrays = _log_arrays(max(1, log_capacity))
         start = time.perf_counter()
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, unit="req", mininterval=1.0, delay=2.0, leave=False)
+        bar = _progress_bar(n) if progress else None
         while scal[K.S_DONE] == 0:
             before = int(scal[K.S_PTR])
-            run(min(n, before + chunk_requests))
+            K.run_kernel(min(n, before + chunk_requests), prm, gap, scal, *inputs, *outputs, *state, *log_arrays)
             if bar is not None:
                 bar.update(int(scal[K.S_PTR]) - before)
         if bar is not None:
@@ -214,13 +170,55 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
         if scal[K.S_LOGOVF] == 0:
             break
         log_capacity *= 2
+    accept, _ready, done, klass, conflict = outputs
+    cmd_count = state[-1]
     log = None
     if command_log:
         k = int(scal[K.S_NLOG])
-        log = CommandLog(log_cycle[:k].copy(), log_cmd[:k].copy(), log_pc[:k].copy(), log_bank[:k].copy(),
-                         log_row[:k].copy())
+        log = CommandLog(*(array[:k].copy() for array in log_arrays))
     return ReplayResult(cfg, requests, pc, accept, done, klass, conflict, cmd_count, int(scal[K.S_LAST]), wall_s,
                         compile_s, log)
+
+
+def _request_outputs(n: int) -> tuple[np.ndarray, ...]:
+    """accept, ready, done, class, bank_conflict per request."""
+    return (np.full(n, -1, dtype=np.int64), np.full(n, K.INF, dtype=np.int64), np.full(n, -1, dtype=np.int64),
+            np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.uint8))
+
+
+def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[np.ndarray, ...]:
+    """Bank, queue and refresh state in the kernel's argument order; the last array counts commands."""
+    org, c = cfg.organization, cfg.controller
+    n_pc = org.n_pseudo_channels
+    n_bank = org.n_banks
+    n_rank = n_pc * org.ranks
+    n_bg = n_rank * org.bankgroups
+    window = org.banks_per_pseudo_channel * c.bank_queue_depth
+
+    def per(count: int, fill: int = 0) -> np.ndarray:
+        return np.full(count, fill, dtype=np.int64)
+
+    timing_rows = tuple(np.zeros((count, K.NCMD), dtype=np.int64) for count in (n_bank, n_bg, n_rank, n_pc))
+    faw = np.full((n_rank, 4), K.NEG, dtype=np.int64)
+    banks = (per(n_bank, -1), per(n_bank), per(n_bank), per(n_bank), per(n_bank), per(n_pc), per(n_pc),
+             per(n_bank), per(n_bank), per(n_bank))
+    # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win
+    queues = (np.zeros((n_pc, c.read_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),
+              np.zeros((n_pc, c.write_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),
+              np.zeros(n_pc, dtype=np.bool_))
+    refresh = (_initial_refresh_due(cfg), per(n_rank), per(org.n_channels, int(K.INF)), per(K.NCMD))
+    return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh)
+
+
+def _log_arrays(capacity: int) -> tuple[np.ndarray, ...]:
+    return (np.zeros(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int8), np.zeros(capacity, dtype=np.int32),
+            np.zeros(capacity, dtype=np.int32), np.zeros(capacity, dtype=np.int64))
+
+
+def _progress_bar(n: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=n, unit="req", mininterval=1.0, delay=2.0, leave=False)
 
 
 _WARM = False

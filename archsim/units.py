@@ -17,7 +17,8 @@ _TIME_NS = {"ps": 1e-3, "ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 _SIZE_BYTES = {
     "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
-    "b": 1 / 8, "Kb": 10**3 / 8, "Mb": 10**6 / 8, "Gb": 10**9 / 8,
+    # DRAM densities are binary by JEDEC convention: an "8Gb" die holds 2^33 bits
+    "b": 1 / 8, "Kb": 2**10 / 8, "Mb": 2**20 / 8, "Gb": 2**30 / 8,
     "Kib": 2**10 / 8, "Mib": 2**20 / 8, "Gib": 2**30 / 8,
 }
 _RATE_GBPS_PER_PIN = {"bps": 1e-9, "Kbps": 1e-6, "Mbps": 1e-3, "Gbps": 1.0, "Tbps": 1e3, "Gb/s": 1.0, "Mb/s": 1e-3}

@@ -25,8 +25,9 @@ def require_capture_extra() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(f"capture needs the capture extra (pip install 'archsim[capture]'): {exc}",
-                          where="capture") from None
+        raise ConfigError(
+            f"capture needs the capture extra (pip install 'archsim[capture]'): {exc}", where="capture"
+        ) from None
 
 
 def capture_trace(options: CaptureOptions, out: str | Path, **kwargs: Any) -> CaptureResult:

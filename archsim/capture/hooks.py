@@ -42,7 +42,9 @@ def tensor_bytes(tensor: torch.Tensor) -> int:
 
 def _is_experts(module: nn.Module) -> bool:
     """HF routed-experts containers hold all experts in 3-D parameters and take routing indices."""
-    return hasattr(module, "num_experts") and any(p.dim() == 3 for p in module._parameters.values() if p is not None)
+    return hasattr(module, "num_experts") and any(
+        p.dim() == 3 for p in module._parameters.values() if p is not None
+    )
 
 
 @dataclass
@@ -81,12 +83,14 @@ def install_hooks(model: nn.Module, recorder: StepRecorder) -> HookSet:
         template, layer = operator_template(name)
         param_bytes = sum(tensor_bytes(p) for p in params)
         operator = _Operator(template, layer, recorder.operator(template, param_bytes), param_bytes)
-        hooks.handles.append(module.register_forward_pre_hook(_pre_hook(recorder, operator, module),
-                                                              with_kwargs=True))
+        hooks.handles.append(
+            module.register_forward_pre_hook(_pre_hook(recorder, operator, module), with_kwargs=True)
+        )
         hooks.handles.append(module.register_forward_hook(_post_hook(recorder, operator), with_kwargs=True))
     if not hooks.kv_operators:
-        raise ConfigError("found no attention modules with a layer_idx: not a supported decoder model",
-                          where="model")
+        raise ConfigError(
+            "found no attention modules with a layer_idx: not a supported decoder model", where="model"
+        )
     return hooks
 
 
@@ -100,8 +104,11 @@ def _weight_bytes(module: nn.Module, operator: _Operator, inputs: list[torch.Ten
         if indices is None:
             return operator.param_bytes
         if indices.device.type == "meta":
-            raise ConfigError("routed experts pick weights from data: capture MoE layers on --device cpu "
-                              "(cut depth with --layers)", where="device")
+            raise ConfigError(
+                "routed experts pick weights from data: capture MoE layers on --device cpu "
+                "(cut depth with --layers)",
+                where="device",
+            )
         picked = int(torch.unique(indices[(indices >= 0) & (indices < module.num_experts)]).numel())
         return operator.param_bytes * picked // int(module.num_experts)
     return operator.param_bytes
@@ -110,7 +117,9 @@ def _weight_bytes(module: nn.Module, operator: _Operator, inputs: list[torch.Ten
 def _pre_hook(recorder: StepRecorder, operator: _Operator, module: nn.Module):  # noqa: ANN202 - torch hook
     def hook(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         inputs = list(_tensors([*args, *kwargs.values()]))
-        recorder.add(OP_READ, KIND_WEIGHT, operator.layer, _weight_bytes(module, operator, inputs), operator.index)
+        recorder.add(
+            OP_READ, KIND_WEIGHT, operator.layer, _weight_bytes(module, operator, inputs), operator.index
+        )
         for tensor in inputs:
             kind = KIND_ACTIVATION if tensor.is_floating_point() else KIND_OTHER
             recorder.add(OP_READ, kind, operator.layer, tensor_bytes(tensor), operator.index)
@@ -147,8 +156,15 @@ class AttentionCoreTap:
             self._base = None  # resolved per call: the model module's own eager_attention_forward
         AttentionInterface.register(ATTENTION_FUNCTION_NAME, self)
 
-    def __call__(self, module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                 attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    def __call__(
+        self,
+        module: nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, Any]:
         base = self._base or _module_eager_attention(module)
         output, weights = base(module, query, key, value, attention_mask, **kwargs)
         recorder, hooks = self.recorder, self.hooks
@@ -160,8 +176,13 @@ class AttentionCoreTap:
             q_bytes = tensor_bytes(query) // batch
             o_bytes = tensor_bytes(output) // batch
             for request in range(batch):
-                common = {"head_start": 0, "head_count": heads, "token_start": recorder.token_start,
-                          "token_count": tokens, "request": request}
+                common = {
+                    "head_start": 0,
+                    "head_count": heads,
+                    "token_start": recorder.token_start,
+                    "token_count": tokens,
+                    "request": request,
+                }
                 recorder.add(OP_READ, KIND_ACTIVATION, layer, q_bytes, operator, **common)
                 recorder.add(OP_WRITE, KIND_ACTIVATION, layer, o_bytes, operator, **common)
         return output, weights

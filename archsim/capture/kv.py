@@ -31,8 +31,9 @@ class TracingCache(DynamicCache):
         self._hooks = hooks
         self._seen_tokens: dict[int, int] = {}  # layer -> tokens written so far (slots in use)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         before = self._seen_tokens.get(layer_idx, 0)
         new_tokens = key_states.shape[-2]
@@ -44,14 +45,34 @@ class TracingCache(DynamicCache):
         for kind, written in ((KIND_K, key_states), (KIND_V, value_states)):
             per_request = tensor_bytes(written) // batch
             for request in range(batch):
-                recorder.add(OP_WRITE, kind, layer_idx, per_request, operator, head_start=0, head_count=heads,
-                             token_start=before, token_count=new_tokens, request=request)
+                recorder.add(
+                    OP_WRITE,
+                    kind,
+                    layer_idx,
+                    per_request,
+                    operator,
+                    head_start=0,
+                    head_count=heads,
+                    token_start=before,
+                    token_count=new_tokens,
+                    request=request,
+                )
         read_tokens = keys.shape[-2]
         for kind, read in ((KIND_K, keys), (KIND_V, values)):
             per_request = tensor_bytes(read) // batch
             for request in range(batch):
-                recorder.add(OP_READ, kind, layer_idx, per_request, operator, head_start=0, head_count=heads,
-                             token_start=after - read_tokens, token_count=read_tokens, request=request)
+                recorder.add(
+                    OP_READ,
+                    kind,
+                    layer_idx,
+                    per_request,
+                    operator,
+                    head_start=0,
+                    head_count=heads,
+                    token_start=after - read_tokens,
+                    token_count=read_tokens,
+                    request=request,
+                )
         return keys, values
 
     def crop(self, max_length: int) -> None:

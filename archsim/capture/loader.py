@@ -89,14 +89,24 @@ def load_model(options: CaptureOptions) -> LoadedModel:
     torch_dtype = _TORCH_DTYPES[dtype]
     try:
         if origin["kind"] == "checkpoint" and options.device != "meta":
-            model = _with_dtype(AutoModelForCausalLM.from_pretrained, origin["path"], torch_dtype, config=config,
-                                local_files_only=True, attn_implementation=ATTENTION_FUNCTION_NAME)
+            model = _with_dtype(
+                AutoModelForCausalLM.from_pretrained,
+                origin["path"],
+                torch_dtype,
+                config=config,
+                local_files_only=True,
+                attn_implementation=ATTENTION_FUNCTION_NAME,
+            )
         else:
             if origin["kind"] == "checkpoint":
                 origin["weights"] = "none (meta device)"
             with torch.device(options.device):
-                model = _with_dtype(AutoModelForCausalLM.from_config, config, torch_dtype,
-                                    attn_implementation=ATTENTION_FUNCTION_NAME)
+                model = _with_dtype(
+                    AutoModelForCausalLM.from_config,
+                    config,
+                    torch_dtype,
+                    attn_implementation=ATTENTION_FUNCTION_NAME,
+                )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot build the model: {exc}", where="model") from None
     model.eval()

@@ -44,12 +44,18 @@ class CaptureOptions:
             ("decode_steps", self.decode_steps >= 0, "must be >= 0"),
             ("turns", self.turns >= 1, "must be >= 1"),
             ("turn_tokens", self.turns == 1 or self.turn_tokens >= 1, "must be >= 1 when turns > 1"),
-            ("shared_prefix_tokens", 0 <= self.shared_prefix_tokens <= self.prompt_tokens,
-             f"must lie in [0, prompt_tokens={self.prompt_tokens}]"),
+            (
+                "shared_prefix_tokens",
+                0 <= self.shared_prefix_tokens <= self.prompt_tokens,
+                f"must lie in [0, prompt_tokens={self.prompt_tokens}]",
+            ),
             ("layers", self.layers is None or self.layers >= 1, "must be >= 1"),
             ("device", self.device in DEVICES, f"must be one of {DEVICES}"),
-            ("attention_backend", self.attention_backend in ATTENTION_BACKENDS,
-             f"must be one of {ATTENTION_BACKENDS}"),
+            (
+                "attention_backend",
+                self.attention_backend in ATTENTION_BACKENDS,
+                f"must be one of {ATTENTION_BACKENDS}",
+            ),
         ]
         for name, ok, message in checks:
             if not ok:

@@ -57,8 +57,22 @@ class StepRecorder:
         token_count: int = 0,
         request: int = -1,
     ) -> None:
-        self._rows.append((self.step, self.phase, op, kind, layer, head_start, head_count, token_start,
-                           token_count, nbytes, operator, request))
+        self._rows.append(
+            (
+                self.step,
+                self.phase,
+                op,
+                kind,
+                layer,
+                head_start,
+                head_count,
+                token_start,
+                token_count,
+                nbytes,
+                operator,
+                request,
+            )
+        )
 
     def end_step(self) -> int:
         """Write the step's records; returns how many there were."""

@@ -26,11 +26,11 @@ from archsim.trace.logical import PHASE_DECODE, PHASE_PREFILL, LogicalTraceWrite
 ARTEFACTS = {
     "lm_head": "logits for the last position only (logits_to_keep=1), as serving engines compute them",
     "activations": "operands of parameter-owning modules and the attention core (Q read, O written per "
-                   "request); fused elementwise glue (residual add, RoPE, SwiGLU product) not recorded",
+    "request); fused elementwise glue (residual add, RoPE, SwiGLU product) not recorded",
     "embedding": "weight reads count the gathered rows only",
     "moe": "routed-expert weight reads count the experts the router picked in that call",
     "mla": "transformers' reference MLA caches the latent (k = c_KV, v = RoPE key, one head) and "
-           "re-expands it through kv_b_proj every step; that expansion is recorded as activation traffic",
+    "re-expands it through kv_b_proj every step; that expansion is recorded as activation traffic",
     "padding": "none: every request of the batch has the same length",
     "warmup": "none: the first forward call is step 0",
     "next_token": "greedy argmax on cpu; random on the meta device (no numerics there)",
@@ -68,8 +68,9 @@ def _scenario(options: CaptureOptions) -> list[tuple[int, int]]:
     return calls
 
 
-def _run(loaded: LoadedModel, options: CaptureOptions, recorder: StepRecorder | None,
-         cache: Any) -> tuple[int, float]:
+def _run(
+    loaded: LoadedModel, options: CaptureOptions, recorder: StepRecorder | None, cache: Any
+) -> tuple[int, float]:
     model = loaded.model
     device = options.device
     generator = torch.Generator().manual_seed(options.seed)
@@ -103,7 +104,9 @@ def _run(loaded: LoadedModel, options: CaptureOptions, recorder: StepRecorder | 
     return records, forward_seconds
 
 
-def capture_trace(options: CaptureOptions, out: str | Path, *, chunk_records: int | None = None) -> CaptureResult:
+def capture_trace(
+    options: CaptureOptions, out: str | Path, *, chunk_records: int | None = None
+) -> CaptureResult:
     """Run the scenario with recording hooks and write the logical trace to `out` (atomically)."""
     options.validate()
     tap = _tap(options.attention_backend)
@@ -116,8 +119,10 @@ def capture_trace(options: CaptureOptions, out: str | Path, *, chunk_records: in
         "dtype": loaded.dtype,
         "dtype_bytes": dtype_bytes(loaded.dtype),
         "shapes": {
-            "batch": options.batch, "prompt_tokens": options.prompt_tokens,
-            "decode_steps": options.decode_steps, "turns": options.turns,
+            "batch": options.batch,
+            "prompt_tokens": options.prompt_tokens,
+            "decode_steps": options.decode_steps,
+            "turns": options.turns,
             "turn_tokens": options.turn_tokens if options.turns > 1 else 0,
         },
         "shared_prefix_tokens": options.shared_prefix_tokens,
@@ -136,7 +141,9 @@ def capture_trace(options: CaptureOptions, out: str | Path, *, chunk_records: in
         finally:
             hooks.remove()
             tap.recorder = tap.hooks = None
-    return CaptureResult(path=Path(out), steps=len(_scenario(options)), records=records, forward_seconds=seconds)
+    return CaptureResult(
+        path=Path(out), steps=len(_scenario(options)), records=records, forward_seconds=seconds
+    )
 
 
 def run_uncaptured(options: CaptureOptions) -> CaptureResult:

@@ -43,7 +43,10 @@ class Section:
         value = self.raw(key, default)
         if value is default and default is not _MISSING:
             return value
-        return parser(value, self.where(key))
+        try:
+            return parser(value, self.where(key))
+        except ConfigError as exc:
+            raise exc.located(self.file) from None
 
     def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = 0) -> int:
         value = self.raw(key, default)

@@ -28,8 +28,8 @@ P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD = range(21, 26)
 N_PARAMS = 26
 
 # Scalars carried between calls, in `scal`.
-S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE = range(7)
-N_SCALARS = 7
+S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE = range(11)
+N_SCALARS = 11
 
 # Request classes.
 C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
@@ -85,7 +85,7 @@ def _row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank
     """Earliest issue of a row command; PREA looks at every open bank of the rank."""
     r = bank // bpr
     rf = pc * ranks + r
-    if cmd == PREA or cmd == REF:
+    if cmd in (PREA, REF):
         e = nxt_rank[rf, cmd]
         if nxt_pc[pc, cmd] > e:
             e = nxt_pc[pc, cmd]
@@ -100,6 +100,43 @@ def _row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank
         return e
     return _earliest(cmd, pc * bpp + bank, pc * ranks * bgs + bank // banks, rf, pc, nxt_bank, nxt_bg, nxt_rank,
                      nxt_pc, faw, faw_pos, tfaw)
+
+
+@njit(cache=True, inline="always")
+def _col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
+    """No column command of kind `cmd` can issue in this pseudo-channel before this cycle (data bus, tCCD_S)."""
+    e = nxt_pc[pc, cmd]
+    lo = INF
+    for r in range(pc * ranks, pc * ranks + ranks):
+        if nxt_rank[r, cmd] < lo:
+            lo = nxt_rank[r, cmd]
+    return e if e > lo else lo
+
+
+@njit(cache=True, inline="always")
+def _act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
+    """No ACT can issue in this pseudo-channel before this cycle (tRRD_S, tFAW, refresh)."""
+    lo = INF
+    for r in range(ranks):
+        if r == skip_rank:
+            continue
+        rf = pc * ranks + r
+        e = nxt_rank[rf, ACT]
+        v = faw[rf, faw_pos[rf]] + tfaw
+        if v > e:
+            e = v
+        if e < lo:
+            lo = e
+    v = nxt_pc[pc, ACT]
+    return v if v > lo else lo
+
+
+@njit(cache=True, inline="always")
+def _set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
+    hsum_r[pc] += hr - hits_r[gb]
+    hsum_w[pc] += hw - hits_w[gb]
+    hits_r[gb] = hr
+    hits_w[gb] = hw
 
 
 @njit(cache=True)
@@ -136,7 +173,7 @@ def _count_hits(queue, qlen, pc, b, row, req_bank, req_row, ready):
 
 
 @njit(cache=True)
-def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, req_bank, req_row, ready):
+def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready):
     """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
@@ -149,6 +186,7 @@ def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, req_b
             unmoved[pc] -= 1
             if open_row[gb] == req_row[idx]:
                 hits[gb] += 1
+                hsum[pc] += 1
             return True
     return False
 
@@ -158,7 +196,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                req_ts, req_pc, req_bank, req_row, req_write, req_addr,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-               open_row, col_count, last_col, hits_r, hits_w, pend, busy_until, win,
+               open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining,
                ref_due, ref_ptr, chan_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
@@ -253,6 +291,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 wq_unmoved[pc] += 1
                 if orow == row and not bankq:
                     hits_w[gb] += 1
+                    hsum_w[pc] += 1
                 if posted:
                     done[idx] = t
             else:
@@ -261,17 +300,36 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 rq_unmoved[pc] += 1
                 if orow == row and not bankq:
                     hits_r[gb] += 1
+                    hsum_r[pc] += 1
             pend[gb] += 1
             queued += 1
+            # when must the channel look at this request? A read joining a busy read queue can act no earlier
+            # than its own bank allows; anything that may change which queue is served is looked at at once.
+            wake = t + delay
+            if bankq:
+                wake = t
+            elif not is_w and rq_len[pc] > 1 and not draining[pc]:
+                if orow == row:
+                    lb = nxt_bank[gb, RD]
+                elif orow < 0:
+                    lb = nxt_bank[gb, ACT]
+                elif hits_r[gb] > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                    lb = INF  # waits behind this bank's row hits; their column commands wake the channel
+                else:
+                    lb = nxt_bank[gb, PRE]
+                if lb > wake:
+                    wake = lb
             ch = pc // pcs
-            if chan_next[ch] > t + delay:
-                chan_next[ch] = t + delay if not bankq else t + delay - 1
+            if chan_next[ch] > wake:
+                chan_next[ch] = wake
 
         # ---- channels due at t
+        scal[S_LOOPS] += 1
         freed = False
         for ch in range(nch):
             if chan_next[ch] > t:
                 continue
+            scal[S_VISITS] += 1
             nt = INF
             col_pc = -1
             col_i = -1
@@ -297,13 +355,13 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 if bankq:
                     moved = False
                     if use_w:
-                        moved = _move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w,
+                        moved = _move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
                                           req_bank, req_row, ready)
                     else:
-                        moved = _move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r,
+                        moved = _move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
                                           req_bank, req_row, ready)
-                    if moved:
-                        nt = t + 1
+                    if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
+                        nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
                 ref_block_rank = -1
                 ref_block_bank = -1
@@ -342,75 +400,107 @@ def run_kernel(stop_ptr, prm, gap, scal,
                                 nt = t + 1
                         elif e < nt:
                             nt = e
-                # ---- FR-FCFS (or FCFS) over the schedulable requests, oldest first
+                # ---- FR-FCFS (or FCFS) over the schedulable requests, oldest first. Bounds shared by every
+                # candidate of a kind (data bus, tRRD/tFAW) skip work that cannot issue at t.
                 best_col = -1
                 best_row = -1
                 bc_cmd = -1
                 br_cmd = -1
                 bc_w = False
-                for qsel in range(2):
-                    if bankq:
-                        scan_w = qsel == 1
-                    else:
-                        if qsel == 1:
-                            break
-                        scan_w = use_w
-                    qn = wq_len[pc] if scan_w else rq_len[pc]
-                    for i in range(qn):
-                        idx = wq[pc, i] if scan_w else rq[pc, i]
-                        rdy = ready[idx]
-                        if rdy > t:
-                            if rdy < nt:
-                                nt = rdy
-                            if bankq:
-                                continue
-                            break
-                        b = req_bank[idx]
-                        gb = base + b
-                        rank = b // bpr
-                        rf = pc * ranks + rank
-                        bgf = pc * ranks * bgs + b // banks
-                        row = req_row[idx]
-                        orow = open_row[gb]
-                        if orow == row:
-                            if best_col < 0 or idx < best_col:
-                                auto = False
-                                if policy == POL_CLOSED:
-                                    auto = (hits_w[gb] if scan_w else hits_r[gb]) <= 1
-                                cmd = (WRA if auto else WR) if scan_w else (RDA if auto else RD)
-                                e = _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
-                                              faw, faw_pos, tfaw)
+                if bankq:
+                    n_hits = hsum_r[pc] + hsum_w[pc]
+                    n_sched = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc]
+                    cb = _col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                    v = _col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
+                    if v < cb:
+                        cb = v
+                elif use_w:
+                    n_hits = hsum_w[pc]
+                    n_sched = wq_len[pc]
+                    cb = _col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
+                else:
+                    n_hits = hsum_r[pc]
+                    n_sched = rq_len[pc]
+                    cb = _col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                want_col = n_hits > 0
+                if want_col and cb > t:
+                    want_col = False
+                    if cb < nt:
+                        nt = cb
+                want_row = n_sched > n_hits and not row_is_ref
+                ab = _act_bound(pc, ranks, ref_block_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                if want_row and ab > t and ab < nt:
+                    nt = ab
+                if want_col or want_row:
+                    for qsel in range(2):
+                        if bankq:
+                            scan_w = qsel == 1
+                        else:
+                            if qsel == 1:
+                                break
+                            scan_w = use_w
+                        qn = wq_len[pc] if scan_w else rq_len[pc]
+                        for i in range(qn):
+                            idx = wq[pc, i] if scan_w else rq[pc, i]
+                            scal[S_SCANNED] += 1
+                            rdy = ready[idx]
+                            if rdy > t:
+                                if rdy < nt:
+                                    nt = rdy
+                                if bankq:
+                                    continue
+                                break
+                            b = req_bank[idx]
+                            gb = base + b
+                            row = req_row[idx]
+                            orow = open_row[gb]
+                            if orow == row:
+                                if want_col and (best_col < 0 or idx < best_col):
+                                    auto = False
+                                    if policy == POL_CLOSED:
+                                        auto = (hits_w[gb] if scan_w else hits_r[gb]) <= 1
+                                    cmd = (WRA if auto else WR) if scan_w else (RDA if auto else RD)
+                                    e = _earliest(cmd, gb, pc * ranks * bgs + b // banks, pc * ranks + b // bpr, pc,
+                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                                    if e <= t:
+                                        best_col = idx
+                                        bc_cmd = cmd
+                                        bc_w = scan_w
+                                    elif e < nt:
+                                        nt = e
+                            elif want_row:
+                                if orow < 0:
+                                    if ab > t or b // bpr == ref_block_rank or b == ref_block_bank:
+                                        if fcfs:
+                                            break
+                                        continue
+                                    cmd = ACT
+                                else:
+                                    hits = hits_r[gb] + hits_w[gb] if bankq else (
+                                        hits_w[gb] if scan_w else hits_r[gb])
+                                    if hits > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                                        if fcfs:
+                                            break
+                                        continue
+                                    cmd = PRE
+                                e = _earliest(cmd, gb, pc * ranks * bgs + b // banks, pc * ranks + b // bpr, pc,
+                                              nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                                 if e <= t:
-                                    best_col = idx
-                                    bc_cmd = cmd
-                                    bc_w = scan_w
+                                    if best_row < 0 or idx < best_row:
+                                        if best_row >= 0:
+                                            nt = t + 1
+                                        best_row = idx
+                                        br_cmd = cmd
+                                    else:
+                                        nt = t + 1
                                 elif e < nt:
                                     nt = e
-                        elif (best_row < 0 or idx < best_row) and not row_is_ref:
-                            if orow < 0:
-                                if rank == ref_block_rank or b == ref_block_bank:
-                                    if fcfs:
-                                        break
-                                    continue
-                                cmd = ACT
-                            else:
-                                hits = hits_r[gb] + hits_w[gb] if bankq else (hits_w[gb] if scan_w else hits_r[gb])
-                                if hits > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
-                                    if fcfs:
-                                        break
-                                    continue
-                                cmd = PRE
-                            e = _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
-                                          faw, faw_pos, tfaw)
-                            if e <= t:
-                                best_row = idx
-                                br_cmd = cmd
-                            elif e < nt:
-                                nt = e
-                        if fcfs or (best_col >= 0 and best_row >= 0 and idx >= best_col and idx >= best_row):
-                            break
+                            if fcfs:
+                                break
                 # ---- timeout policy: close idle rows nobody is waiting for
                 timeout_bank = -1
+                if policy == POL_TIMEOUT and (best_row >= 0 or row_is_ref):
+                    nt = t + 1  # idle rows were not examined this cycle
                 if policy == POL_TIMEOUT and best_row < 0 and not row_is_ref:
                     for bb in range(bpp):
                         gbb = base + bb
@@ -459,7 +549,6 @@ def run_kernel(stop_ptr, prm, gap, scal,
                         else:
                             nt = t + 1
 
-            issued = False
             # ---- column command
             if col_pc >= 0:
                 pc = col_pc
@@ -483,6 +572,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 if col_w:
                     end = t + cwl + burst
                     hits_w[gb] -= 1
+                    hsum_w[pc] -= 1
                     if not bankq:
                         wq_unmoved[pc] -= 1
                     if not posted:
@@ -490,6 +580,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 else:
                     end = t + cl + burst
                     hits_r[gb] -= 1
+                    hsum_r[pc] -= 1
                     if not bankq:
                         rq_unmoved[pc] -= 1
                     done[idx] = end
@@ -502,19 +593,36 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 pend[gb] -= 1
                 col_count[gb] += 1
                 last_col[gb] = t
-                if col_cmd == RDA or col_cmd == WRA:
+                if col_cmd in (RDA, WRA):
                     open_row[gb] = -1
-                    hits_r[gb] = 0
-                    hits_w[gb] = 0
+                    _set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                 if logging:
                     _log(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
                 freed = True
-                issued = True
+                # next visit: more hits wait for the data bus; a bank left without hits may precharge or activate
+                v = _col_bound(WR if col_w else RD, pc, ranks, nxt_rank, nxt_pc)
+                if bankq:
+                    v = min(v, _col_bound(RD if col_w else WR, pc, ranks, nxt_rank, nxt_pc))
+                if v < nt:
+                    nt = v
+                if pend[gb] > hits_r[gb] + hits_w[gb]:
+                    v = nxt_bank[gb, PRE] if open_row[gb] >= 0 else nxt_bank[gb, ACT]
+                    if v < nt:
+                        nt = v
+                # the queue served next may change (drain watermarks): look again next cycle
+                if col_w:
+                    if (draining[pc] and wq_len[pc] <= low) or wq_len[pc] == 0:
+                        nt = t + 1
+                elif rq_len[pc] == 0 and wq_len[pc] > 0:
+                    nt = t + 1
                 # the column command may have moved the gates of a row command picked in the same cycle
                 if row_pc >= 0 and _row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
                     row_pc = -1
+                    nt = t + 1
+                if fcfs:
+                    nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
             # ---- row command
             if row_pc >= 0:
                 pc = row_pc
@@ -533,23 +641,35 @@ def run_kernel(stop_ptr, prm, gap, scal,
                     col_count[gb] = 0
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
-                    hits_r[gb] = _count_hits(rq, rq_len, pc, b, row, req_bank, req_row, ready)
-                    hits_w[gb] = _count_hits(wq, wq_len, pc, b, row, req_bank, req_row, ready)
+                    _set_hits(gb, pc, _count_hits(rq, rq_len, pc, b, row, req_bank, req_row, ready),
+                              _count_hits(wq, wq_len, pc, b, row, req_bank, req_row, ready),
+                              hits_r, hits_w, hsum_r, hsum_w)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
+                    # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
+                    v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
+                    if v < nt:
+                        nt = v
+                    v = _act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                    if v < nt:
+                        nt = v
                 elif row_cmd == PRE:
                     row = open_row[gb]
                     open_row[gb] = -1
-                    hits_r[gb] = 0
-                    hits_w[gb] = 0
+                    _set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                     if row_req >= 0 and klass[row_req] < 0:
                         klass[row_req] = C_CONFLICT
+                    v = nxt_bank[gb, ACT]
+                    if v < nt:
+                        nt = v
+                    if row_req < 0:
+                        nt = t + 1
                 elif row_cmd == PREA:
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
                         open_row[gbb] = -1
-                        hits_r[gbb] = 0
-                        hits_w[gbb] = 0
+                        _set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                    nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi
                     for bb in range(bpr):
@@ -558,11 +678,19 @@ def run_kernel(stop_ptr, prm, gap, scal,
                     ref_due[rf] += trefipb
                     ref_ptr[rf] = (ref_ptr[rf] + 1) % bpr
                     busy_until[gb] = nxt_bank[gb, ACT]
+                if row_cmd in (REF, REFPB):
+                    nt = t + 1
                 if logging:
                     _log(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 cmd_count[row_cmd] += 1
-                issued = True
-            if issued:
+            if col_pc < 0 and row_pc < 0:
+                scal[S_IDLE] += 1
+            if bankq:
+                for p in range(pcs):
+                    pc = ch * pcs + p
+                    if rq_unmoved[pc] + wq_unmoved[pc] > 0:
+                        nt = t + 1
+            if nt <= t:
                 nt = t + 1
             chan_next[ch] = nt
 
@@ -578,9 +706,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 nt = chan_next[ch]
         if ptr < n_req:
             if blocked:
-                if freed and t + 1 < nt:
-                    nt = t + 1
-                elif bankq and t + 1 < nt:
+                if freed and t + 1 < nt or bankq and t + 1 < nt:
                     nt = t + 1
             elif injcap > 0 and injected >= injcap and req_ts[ptr] <= t:
                 if t + 1 < nt:

@@ -171,7 +171,8 @@ def parse_timing(section: Section, org: Organization) -> Timing:
     if org.burst_length % beats:
         raise section.error("data_rate", f"burst length {org.burst_length} is not a whole number of clocks "
                                          f"at {beats} beats per clock")
-    cycles = {name: parse_cycles(section.raw(name), tck_ns, section.where(name)) for name in CYCLE_FIELDS}
+    cycles = {name: section.parsed(name, lambda value, where: parse_cycles(value, tck_ns, where))
+              for name in CYCLE_FIELDS}
     section.done()
     timing = Timing(tCK_ns=tck_ns, data_rate_gbps=rate_gbps, tBURST=org.burst_length // beats, **cycles)
     _check_consistency(timing, section)

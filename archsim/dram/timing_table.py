@@ -16,7 +16,16 @@ from collections.abc import Callable
 import numpy as np
 
 from archsim.dram.commands import (
-    ACT, N_COMMANDS, PRE, PREA, RD, RDA, REF, REFPB, WR, WRA,
+    ACT,
+    N_COMMANDS,
+    PRE,
+    PREA,
+    RD,
+    RDA,
+    REF,
+    REFPB,
+    WR,
+    WRA,
 )
 from archsim.dram.spec import Timing
 

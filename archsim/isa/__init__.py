@@ -6,9 +6,23 @@ The data files are found relative to the package: <repo>/isa (archsim/../isa).
 
 from archsim.isa.assembler import assemble_file, assemble_text
 from archsim.isa.disasm import disassemble, format_instruction
-from archsim.isa.encoding import Instruction, decode_word, decode_words, encode_instruction, encode_instructions
+from archsim.isa.encoding import (
+    Instruction,
+    decode_word,
+    decode_words,
+    encode_instruction,
+    encode_instructions,
+)
 from archsim.isa.program import Program, SourceLoc, SramRegion, read_program, write_program
-from archsim.isa.table import ISA_DIR, KERNELS_DIR, OPCODES_PATH, IsaTable, OpcodeSpec, OperandSpec, load_table
+from archsim.isa.table import (
+    ISA_DIR,
+    KERNELS_DIR,
+    OPCODES_PATH,
+    IsaTable,
+    OpcodeSpec,
+    OperandSpec,
+    load_table,
+)
 
 __all__ = [
     "ISA_DIR", "KERNELS_DIR", "OPCODES_PATH", "Instruction", "IsaTable", "OpcodeSpec", "OperandSpec",

@@ -24,7 +24,7 @@ from archsim.isa.expr import BASE_FUNCTIONS, ExprError, F32Bits, align_up, evalu
 from archsim.isa.program import Program, SourceLoc, SramRegion, check_loops
 from archsim.isa.syntax import (
     IDENTIFIER,
-    SyntaxProblem,
+    AsmSyntaxError,
     parse_register,
     parse_string,
     split_head,
@@ -162,13 +162,11 @@ class _Assembler:
 
     # ------------------------------------------------------------------ pass 1
     def run_lines(self, lines: Iterator[_Line], depth: int) -> None:
-        if depth > _MAX_EXPANSION_DEPTH:
-            raise ProgramError("macro or include nesting is too deep")
         base = len(self.s.conds)
         for line in lines:
             try:
                 self._statement(line, lines, depth)
-            except SyntaxProblem as exc:
+            except AsmSyntaxError as exc:
                 raise _error(line.loc, str(exc)) from None
         if len(self.s.conds) > base:
             raise _error(self.s.conds[-1].loc, "unterminated .if (no matching .endif)")
@@ -290,6 +288,8 @@ class _Assembler:
         raise _error(loc, "unterminated .macro (no matching .endm)")
 
     def _expand(self, name: str, rest: str, loc: SourceLoc, depth: int) -> None:
+        if depth >= _MAX_EXPANSION_DEPTH:
+            raise _error(loc, f"macro {name} nests more than {_MAX_EXPANSION_DEPTH} deep (recursion?)")
         macro = self.s.macros[name]
         args = split_operands(rest)
         if len(args) != len(macro.params):
@@ -311,6 +311,8 @@ class _Assembler:
         self.run_lines((substitute(line) for line in macro.body), depth + 1)
 
     def _include(self, name: str, loc: SourceLoc, depth: int) -> None:
+        if depth >= _MAX_EXPANSION_DEPTH:
+            raise _error(loc, f"includes nest more than {_MAX_EXPANSION_DEPTH} deep (recursion?)")
         here = Path(loc.file).parent if not loc.file.startswith("<") else Path.cwd()
         for directory in (here, *self.include_dirs):
             candidate = directory / name
@@ -341,12 +343,11 @@ class _Assembler:
         value = self._eval(text, loc, used)
         if spec.kind == "f32":
             return self._f32_bits(value, loc, what)
-        if spec.kind == "enum":
-            if isinstance(value, str):
-                if value not in spec.enum_values:
-                    raise _error(loc, f"{what}: unknown {spec.kind_text} {value!r} "
-                                      f"(one of {', '.join(spec.enum_values)})")
-                return spec.enum_values.index(value)
+        if spec.kind == "enum" and isinstance(value, str):
+            if value not in spec.enum_values:
+                raise _error(loc, f"{what}: unknown {spec.kind_text} {value!r} "
+                                  f"(one of {', '.join(spec.enum_values)})")
+            return spec.enum_values.index(value)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -387,8 +388,11 @@ class _Assembler:
                 raise _error(pending.loc, f"{spec.mnemonic} takes {len(spec.operands)} operand(s) "
                                           f"({names}), got {len(pending.operands)}")
             used: set[str] = set()
-            values = tuple(self._operand(op, text, pending.loc, spec.mnemonic, used)
-                           for op, text in zip(spec.operands, pending.operands, strict=True))
+            try:
+                values = tuple(self._operand(op, text, pending.loc, spec.mnemonic, used)
+                               for op, text in zip(spec.operands, pending.operands, strict=True))
+            except AsmSyntaxError as exc:
+                raise _error(pending.loc, str(exc)) from None
             problem = check_operands(spec, values)
             if problem:  # defensive: _operand already range-checks
                 raise _error(pending.loc, problem)

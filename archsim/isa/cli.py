@@ -14,7 +14,7 @@ from archsim.errors import ProgramError
 from archsim.isa.assembler import assemble_file
 from archsim.isa.disasm import disassemble
 from archsim.isa.program import atomic_write_bytes, read_program, write_program
-from archsim.isa.syntax import SyntaxProblem, parse_define
+from archsim.isa.syntax import AsmSyntaxError, parse_define
 
 
 def _defines(values: tuple[str, ...]) -> dict[str, object]:
@@ -22,7 +22,7 @@ def _defines(values: tuple[str, ...]) -> dict[str, object]:
     for text in values:
         try:
             name, value = parse_define(text)
-        except SyntaxProblem as exc:
+        except AsmSyntaxError as exc:
             raise ProgramError(str(exc)) from None
         if name in defines:
             raise ProgramError(f"-D {name} is given twice")

@@ -40,7 +40,8 @@ def format_instruction(instruction: Instruction, table: IsaTable | None = None) 
     """One instruction as assembly text (label operands print as `L<pc>`)."""
     table = table or load_table()
     spec = table.by_mnemonic[instruction.mnemonic]
-    operands = ", ".join(format_operand(op, v) for op, v in zip(spec.operands, instruction.operands, strict=True))
+    fields = zip(spec.operands, instruction.operands, strict=True)
+    operands = ", ".join(format_operand(op, value) for op, value in fields)
     return f"{spec.mnemonic} {operands}".rstrip()
 
 

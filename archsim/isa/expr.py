@@ -98,7 +98,8 @@ def evaluate(text: str, lookup: Callable[[str], object], functions: Mapping[str,
                 raise ExprError(f"undefined symbol {node.id!r}") from None
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
             left, right = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.Pow | ast.LShift) and isinstance(right, int) and right > _MAX_SHIFT_OR_POWER:
+            too_big = isinstance(right, int) and right > _MAX_SHIFT_OR_POWER
+            if isinstance(node.op, ast.Pow | ast.LShift) and too_big:
                 raise ExprError(f"exponent or shift {right} is too large")
             return _BINARY[type(node.op)](left, right)
         if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:

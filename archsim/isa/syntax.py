@@ -14,7 +14,7 @@ _REGISTER = re.compile(r"^[rR](\d+)$")
 _HEAD = re.compile(r"^(\S+)\s*(.*)$")
 
 
-class SyntaxProblem(Exception):
+class AsmSyntaxError(Exception):
     """A line is malformed; the assembler adds file and line."""
 
 
@@ -30,7 +30,7 @@ def strip_comment(text: str) -> str:
         elif ch in ";#":
             return text[:i].rstrip()
     if quote:
-        raise SyntaxProblem("unterminated string")
+        raise AsmSyntaxError("unterminated string")
     return text.rstrip()
 
 
@@ -67,15 +67,15 @@ def split_operands(text: str) -> list[str]:
         elif ch == ")":
             depth -= 1
             if depth < 0:
-                raise SyntaxProblem(f"unbalanced ')' in {text.strip()!r}")
+                raise AsmSyntaxError(f"unbalanced ')' in {text.strip()!r}")
         elif ch == "," and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
     if depth:
-        raise SyntaxProblem(f"unbalanced '(' in {text.strip()!r}")
+        raise AsmSyntaxError(f"unbalanced '(' in {text.strip()!r}")
     parts.append(text[start:].strip())
     if any(not part for part in parts):
-        raise SyntaxProblem(f"empty operand in {text.strip()!r}")
+        raise AsmSyntaxError(f"empty operand in {text.strip()!r}")
     return parts
 
 
@@ -86,7 +86,7 @@ def parse_register(text: str, register_count: int) -> int | None:
         return None
     number = int(match.group(1))
     if number >= register_count:
-        raise SyntaxProblem(f"register {text.strip()} does not exist (r0..r{register_count - 1})")
+        raise AsmSyntaxError(f"register {text.strip()} does not exist (r0..r{register_count - 1})")
     return number
 
 
@@ -95,7 +95,7 @@ def parse_string(text: str) -> str:
     text = text.strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         return text[1:-1]
-    raise SyntaxProblem(f"expected a quoted string, got {text!r}")
+    raise AsmSyntaxError(f"expected a quoted string, got {text!r}")
 
 
 def parse_define(text: str) -> tuple[str, object]:
@@ -103,7 +103,7 @@ def parse_define(text: str) -> tuple[str, object]:
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not IDENTIFIER.match(name) or not value:
-        raise SyntaxProblem(f"-D expects NAME=VALUE, got {text!r}")
+        raise AsmSyntaxError(f"-D expects NAME=VALUE, got {text!r}")
     return name, parse_value(value)
 
 
@@ -118,4 +118,4 @@ def parse_value(value: str) -> object:
         pass
     if IDENTIFIER.match(value):
         return value
-    raise SyntaxProblem(f"cannot read define value {value!r} (a number or a bare word)")
+    raise AsmSyntaxError(f"cannot read define value {value!r} (a number or a bare word)")

@@ -153,7 +153,8 @@ def _operand(raw: object, lsb_top: int, enums: Mapping[str, tuple[str, ...]],
 
 def _load(path: Path) -> IsaTable:
     try:
-        raw = yaml.safe_load(path.read_text())
+        # The C loader (when PyYAML has it) keeps CLI start-up fast; both are safe loaders.
+        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot read the opcode table: {exc}", file=str(path)) from exc
     top = _require_keys(raw, _TOP_KEYS, _TOP_KEYS, path, "")
@@ -179,7 +180,8 @@ def _load(path: Path) -> IsaTable:
     latency: dict[str, LatencyClass] = {}
     for name, spec in top["latency_classes"].items():
         where = f"latency_classes.{name}"
-        spec = _require_keys(spec, {"unit", "scales_with", "doc"}, {"unit", "scales_with", "doc"}, path, where)
+        keys = {"unit", "scales_with", "doc"}
+        spec = _require_keys(spec, keys, keys, path, where)
         if spec["unit"] not in units:
             raise _fail(path, f"{where}.unit", f"unknown unit {spec['unit']!r}")
         unknown = [c for c in spec["scales_with"] if c not in counters]

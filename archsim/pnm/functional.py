@@ -22,7 +22,7 @@ from archsim.errors import ProgramError
 from archsim.isa.disasm import format_instruction
 from archsim.isa.program import Program
 from archsim.isa.table import IsaTable, load_table
-from archsim.pnm.memimage import DramImage, MemoryFault, Scratchpad
+from archsim.pnm.memimage import DramImage, MemoryAccessError, Scratchpad
 from archsim.pnm.trace import ProgramTrace, TraceRecorder
 
 KIB = 1024
@@ -64,7 +64,7 @@ class Transfer:
     dram_hi: int = 0
 
 
-class ExecutionFault(Exception):
+class ExecutionError(Exception):
     """Raised by semantics; the executor turns it into a ProgramError at the instruction."""
 
 
@@ -95,6 +95,7 @@ class Executor:
         self.pc = 0
         self.jump: int | None = None
         self.stop: str | None = None
+        self.barrier_id: int | None = None  # id of the BARRIER the unit waits at
         self.executed = 0
         self.recorder = TraceRecorder(self.table)
         self._decoded: list[tuple[Callable, tuple[int, ...], int]] = []
@@ -108,8 +109,10 @@ class Executor:
     # ---------------------------------------------------------------- running
     def run(self) -> str:
         """Execute until HALT ("halted") or BARRIER ("barrier"); resume with another run()."""
+        if self.stop == "halted":
+            return self.stop
         count = len(self._decoded)
-        self.stop = None
+        self.stop, self.barrier_id = None, None
         pc = self.pc
         while self.stop is None:
             if pc >= count:
@@ -120,7 +123,7 @@ class Executor:
             self.recorder.begin(pc, code)
             try:
                 handler(self, operands)
-            except (ExecutionFault, MemoryFault) as exc:
+            except (ExecutionError, MemoryAccessError) as exc:
                 raise self.error(str(exc)) from None
             self.executed += 1
             if self.executed > self.config.max_instructions:
@@ -156,8 +159,9 @@ class Executor:
         for t in self.transfers:
             if t.sram_lo < hi and lo < t.sram_hi and (t.is_load or writing):
                 kind = "load into" if t.is_load else "store from"
-                raise ExecutionFault(f"{'writes' if writing else 'reads'} SRAM [0x{lo:x}, 0x{hi:x}) while a "
-                                     f"{kind} [0x{t.sram_lo:x}, 0x{t.sram_hi:x}) is outstanding (missing WAIT)")
+                verb = "writes" if writing else "reads"
+                raise ExecutionError(f"{verb} SRAM [0x{lo:x}, 0x{hi:x}) while a {kind} "
+                                     f"[0x{t.sram_lo:x}, 0x{t.sram_hi:x}) is outstanding (missing WAIT)")
 
     def sram_read(self, address: int, size_bytes: int) -> np.ndarray:
         if size_bytes:
@@ -173,13 +177,13 @@ class Executor:
 
     def sram_read_f32(self, address: int, count: int) -> np.ndarray:
         if address % 4:
-            raise ExecutionFault(f"fp32 operand at SRAM 0x{address:x} is not 4-byte aligned")
+            raise ExecutionError(f"fp32 operand at SRAM 0x{address:x} is not 4-byte aligned")
         return self.sram_read(address, 4 * count).view(np.float32)
 
     def sram_write_f32(self, address: int, values: np.ndarray | None, count: int) -> None:
         """Write `count` fp32 values; in access-trace mode (values None) only mark them written."""
         if address % 4:
-            raise ExecutionFault(f"fp32 operand at SRAM 0x{address:x} is not 4-byte aligned")
+            raise ExecutionError(f"fp32 operand at SRAM 0x{address:x} is not 4-byte aligned")
         if values is None:
             if count:
                 self._conflict(address, address + 4 * count, writing=True)
@@ -191,7 +195,7 @@ class Executor:
     def reg(self, number: int, what: str, minimum: int | None = 0) -> int:
         value = self.regs[number]
         if minimum is not None and value < minimum:
-            raise ExecutionFault(f"{what} (r{number}) is {value}, must be >= {minimum}")
+            raise ExecutionError(f"{what} (r{number}) is {value}, must be >= {minimum}")
         return value
 
 
@@ -220,7 +224,8 @@ def check_program(program: Program, config: UnitConfig, table: IsaTable | None =
             problem = f"v_dim {v_dim} exceeds v_pitch {v_pitch}" if v_dim > v_pitch else None
         elif instruction.mnemonic == "CFG.KV":
             dtype = table.enums["kv_dtype"][instruction.operands[0]]
-            problem = "int8 KV needs scale_group > 0" if dtype == "int8" and not instruction.operands[1] else None
+            unscaled_int8 = dtype == "int8" and not instruction.operands[1]
+            problem = "int8 KV needs scale_group > 0" if unscaled_int8 else None
         if problem:
             raise program.error(pc, f"{format_instruction(instruction, table)}: {problem}")
 

@@ -14,7 +14,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 
-class MemoryFault(Exception):
+class MemoryAccessError(Exception):
     """An access the functional model rejects; the executor adds the instruction and line."""
 
 
@@ -110,7 +110,7 @@ class DramImage:
             out[cursor - lo:take_hi - lo] = 0 if data is None else data[cursor - start:take_hi - start]
             cursor = take_hi
         if cursor < hi:
-            raise MemoryFault(f"reads DRAM [0x{cursor:x}, 0x{hi:x}) that was never written")
+            raise MemoryAccessError(f"reads DRAM [0x{cursor:x}, 0x{hi:x}) that was never written")
         return out
 
     # ---------------------------------------------------------------- strided transfers (DMA)
@@ -158,15 +158,16 @@ class Scratchpad:
 
     def check_bounds(self, address: int, size_bytes: int) -> None:
         if address < 0 or size_bytes < 0 or address + size_bytes > self.size_bytes:
-            raise MemoryFault(f"SRAM [0x{address:x}, 0x{address + size_bytes:x}) is outside the "
-                              f"{self.size_bytes}-byte scratchpad")
+            raise MemoryAccessError(f"SRAM [0x{address:x}, 0x{address + size_bytes:x}) is outside the "
+                                    f"{self.size_bytes}-byte scratchpad")
 
     def read(self, address: int, size_bytes: int) -> np.ndarray:
         self.check_bounds(address, size_bytes)
         hi = address + size_bytes
         if not self.written[address:hi].all():
             first = address + int(np.argmin(self.written[address:hi]))
-            raise MemoryFault(f"reads SRAM [0x{address:x}, 0x{hi:x}) but byte 0x{first:x} was never written")
+            raise MemoryAccessError(f"reads SRAM [0x{address:x}, 0x{hi:x}) but byte 0x{first:x} was never "
+                                    f"written")
         return self.data[address:hi].copy()
 
     def write(self, address: int, raw: np.ndarray) -> None:

@@ -82,8 +82,9 @@ def visible_keys(context_tokens: int, window_tokens: int) -> np.ndarray:
     return keep
 
 
-def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_tokens: tuple[int, ...] | np.ndarray,
-                     *, softmax_scale: float, window_tokens: int = 0) -> np.ndarray:
+def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                     context_tokens: tuple[int, ...] | np.ndarray, *, softmax_scale: float,
+                     window_tokens: int = 0) -> np.ndarray:
     """softmax(scale * q k^T) v for one new token per sequence, in float64.
 
     q [batch, kv_heads * group, qk_dim]; k [batch, kv_heads, tokens, qk_dim];
@@ -97,12 +98,12 @@ def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_tokens
     for b in range(batch):
         length = int(context_tokens[b])
         keep = visible_keys(length, window_tokens)
-        kb = k[b, :, :length].astype(np.float64)[:, :, :][:, keep]
-        vb = v[b, :, :length].astype(np.float64)[:, keep]
+        kb = k[b, :, :length][:, keep].astype(np.float64)
+        vb = v[b, :, :length][:, keep].astype(np.float64)
         qb = q[b].astype(np.float64).reshape(kv_heads, group, -1)
-        scores = np.einsum("hgd,htd->hgt", qb, kb) * softmax_scale
+        scores = (qb @ kb.transpose(0, 2, 1)) * softmax_scale  # [kv_heads, group, tokens]
         scores -= scores.max(axis=-1, keepdims=True)
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
-        out[b] = np.einsum("hgt,htd->hgd", weights, vb).reshape(query_heads, -1)
+        out[b] = (weights @ vb).reshape(query_heads, -1)
     return out

@@ -12,7 +12,7 @@ import numpy as np
 
 from archsim.pnm import dtypes
 from archsim.pnm.compute_ops import COMPUTE_HANDLERS
-from archsim.pnm.functional import ExecutionFault, Executor, Transfer
+from archsim.pnm.functional import ExecutionError, Executor, Transfer
 
 _INT64 = 1 << 64
 
@@ -46,7 +46,7 @@ def _loop(ex: Executor, count: int, end: int) -> None:
         ex.jump = end
         return
     if len(ex.loops) >= ex.table.loop_stack_depth:
-        raise ExecutionFault(f"loop stack overflow (depth {ex.table.loop_stack_depth})")
+        raise ExecutionError(f"loop stack overflow (depth {ex.table.loop_stack_depth})")
     ex.loops.append([ex.pc + 1, end, count])
 
 
@@ -65,7 +65,7 @@ def _wait(ex: Executor, ops: tuple[int, ...]) -> None:
 
 def _barrier(ex: Executor, ops: tuple[int, ...]) -> None:
     _drain(ex)
-    ex.stop = "barrier"
+    ex.stop, ex.barrier_id = "barrier", ops[0]
 
 
 # ------------------------------------------------------------------------- configuration
@@ -119,7 +119,7 @@ def _divi(ex: Executor, ops: tuple[int, ...]) -> None:
 
 def _read_int32(ex: Executor, address: int) -> int:
     if address % 4:
-        raise ExecutionFault(f"int32 at SRAM 0x{address:x} is not 4-byte aligned")
+        raise ExecutionError(f"int32 at SRAM 0x{address:x} is not 4-byte aligned")
     return int(ex.sram_read(address, 4).view("<i4")[0])
 
 
@@ -133,7 +133,7 @@ def _dram_span(ex: Executor, address: int, rows: int, row_bytes: int, stride: in
         return address, address
     hi = address + (rows - 1) * stride + row_bytes
     if address < 0 or hi > ex.config.dram_capacity_bytes:
-        raise ExecutionFault(f"DRAM [0x{address:x}, 0x{hi:x}) is beyond the configured "
+        raise ExecutionError(f"DRAM [0x{address:x}, 0x{hi:x}) is beyond the configured "
                              f"{ex.config.dram_capacity_bytes}-byte DRAM")
     return address, hi
 
@@ -142,7 +142,7 @@ def _load(ex: Executor, sram_dst: int, address: int, rows: int, row_bytes: int, 
     lo, hi = _dram_span(ex, address, rows, row_bytes, stride)
     for t in ex.transfers:
         if not t.is_load and t.dram_lo < hi and lo < t.dram_hi:
-            raise ExecutionFault(f"reads DRAM [0x{lo:x}, 0x{hi:x}) that an outstanding ST is still "
+            raise ExecutionError(f"reads DRAM [0x{lo:x}, 0x{hi:x}) that an outstanding ST is still "
                                  f"writing (missing WAIT)")
     data = ex.dram.read_rows(address, rows, row_bytes, stride)
     ex.recorder.dram(address, rows, row_bytes, stride, is_write=False)
@@ -150,32 +150,38 @@ def _load(ex: Executor, sram_dst: int, address: int, rows: int, row_bytes: int, 
     ex.transfers.append(Transfer(True, sram_dst, sram_dst + data.size))
 
 
+def _regs(ex: Executor, ops: tuple[int, ...], names: tuple[str, ...]) -> list[int]:
+    """Values of register operands, each checked non-negative (addresses, counts, strides)."""
+    return [ex.reg(number, name) for number, name in zip(ops, names, strict=True)]
+
+
+_LD_OPERANDS = ("sram_dst", "dram_src", "rows", "row_bytes", "dram_stride")
+_LDG_OPERANDS = ("sram_dst", "dram_base", "table", "index", "page_stride", "rows", "row_bytes",
+                 "token_stride")
+_ST_OPERANDS = ("sram_src", "dram_dst", "rows", "row_bytes", "dram_stride")
+
+
 def _ld(ex: Executor, ops: tuple[int, ...]) -> None:
-    sram_dst, dram_src = ex.reg(ops[0], "sram_dst"), ex.reg(ops[1], "dram_src")
-    rows, row_bytes, stride = ex.reg(ops[2], "rows"), ex.reg(ops[3], "row_bytes"), ex.reg(ops[4], "dram_stride")
-    _load(ex, sram_dst, dram_src, rows, row_bytes, stride)
+    _load(ex, *_regs(ex, ops, _LD_OPERANDS))
 
 
 def _ldg(ex: Executor, ops: tuple[int, ...]) -> None:
-    sram_dst, base = ex.reg(ops[0], "sram_dst"), ex.reg(ops[1], "dram_base")
-    table, index, page_stride = ex.reg(ops[2], "table"), ex.reg(ops[3], "index"), ex.reg(ops[4], "page_stride")
-    rows, row_bytes, token_stride = ex.reg(ops[5], "rows"), ex.reg(ops[6], "row_bytes"), ex.reg(ops[7], "token_stride")
+    sram_dst, base, table, index, page_stride, rows, row_bytes, token_stride = _regs(ex, ops, _LDG_OPERANDS)
     if rows == 0 or row_bytes == 0:  # branch-free tail: nothing moves, the table is not read
         ex.transfers.append(Transfer(True, sram_dst, sram_dst))
         return
     if ex.cfg.block_tokens == 0:
-        raise ExecutionFault("LDG before CFG.PAGE")
+        raise ExecutionError("LDG before CFG.PAGE")
     if rows > ex.cfg.block_tokens:
-        raise ExecutionFault(f"gathers {rows} rows from one page of {ex.cfg.block_tokens} tokens")
+        raise ExecutionError(f"gathers {rows} rows from one page of {ex.cfg.block_tokens} tokens")
     page = _read_int32(ex, table + 4 * index)
     if page < 0:
-        raise ExecutionFault(f"block table entry {index} is {page}")
+        raise ExecutionError(f"block table entry {index} is {page}")
     _load(ex, sram_dst, base + page * page_stride, rows, row_bytes, token_stride)
 
 
 def _st(ex: Executor, ops: tuple[int, ...]) -> None:
-    sram_src, dram_dst = ex.reg(ops[0], "sram_src"), ex.reg(ops[1], "dram_dst")
-    rows, row_bytes, stride = ex.reg(ops[2], "rows"), ex.reg(ops[3], "row_bytes"), ex.reg(ops[4], "dram_stride")
+    sram_src, dram_dst, rows, row_bytes, stride = _regs(ex, ops, _ST_OPERANDS)
     lo, hi = _dram_span(ex, dram_dst, rows, row_bytes, stride)
     data = ex.sram_read(sram_src, rows * row_bytes)
     ex.dram.write_rows(dram_dst, data, rows, row_bytes, stride)
@@ -192,7 +198,7 @@ def _recv(ex: Executor, ops: tuple[int, ...]) -> None:
         return
     available = 0 if ex.host_input is None else ex.host_input.size - ex.host_cursor
     if count > available:
-        raise ExecutionFault(f"host port underflow: needs {count} elements, {available} left")
+        raise ExecutionError(f"host port underflow: needs {count} elements, {available} left")
     values = ex.host_input[ex.host_cursor:ex.host_cursor + count]
     ex.host_cursor += count
     ex.sram_write_f32(sram_dst, dtypes.round_trip(values, ex.cfg.io_dtype), count)

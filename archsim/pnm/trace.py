@@ -116,6 +116,6 @@ class TraceRecorder:
             return np.concatenate(parts).astype(dtype) if parts else np.empty(0, dtype=dtype)
 
         counts = np.array(self._counts, dtype=np.int64).reshape(len(self._pcs), len(self.names))
-        return ProgramTrace(self.names, np.array(self._pcs, dtype=np.int32), np.array(self._codes, dtype=np.uint8),
-                            counts, cat(instr, np.int64), cat(address, np.int64), cat(size, np.int64),
-                            cat(write, bool))
+        pcs, codes = np.array(self._pcs, dtype=np.int32), np.array(self._codes, dtype=np.uint8)
+        return ProgramTrace(self.names, pcs, codes, counts, cat(instr, np.int64), cat(address, np.int64),
+                            cat(size, np.int64), cat(write, bool))

@@ -23,7 +23,8 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "sim.requests": ("requests", "requests in the replayed trace"),
     "sim.cycles": ("cycles", "memory command-clock cycles from cycle 0 to the last data beat or acceptance"),
     "sim.time_ns": ("ns", "sim.cycles x tCK"),
-    "sim.wall_s": ("s", "host wall-clock time of the simulation loop, JIT compilation excluded (0 with --reproducible)"),
+    "sim.wall_s": ("s", "host wall-clock time of the simulation loop, JIT compilation excluded "
+                        "(0 with --reproducible)"),
     "sim.compile_s": ("s", "host time spent compiling or loading the compiled kernel (0 with --reproducible)"),
     "sim.requests_per_s": ("requests/s", "sim.requests / sim.wall_s: simulator speed (0 with --reproducible)"),
     "memory.standard": ("-", "DRAM preset the config starts from"),
@@ -37,7 +38,8 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.peak_bandwidth_GBps": ("GB/s", "every data bus busy every cycle: pseudo-channels x bus width x pin rate"),
     "memory.peak_bandwidth_per_stack_GBps": ("GB/s", "peak bandwidth of one stack"),
     "memory.bandwidth_utilization": ("fraction", "bandwidth_GBps / peak_bandwidth_GBps"),
-    "memory.read_latency_cycles.mean": ("cycles", "read latency, acceptance into the controller to last data beat: mean"),
+    "memory.read_latency_cycles.mean": ("cycles", "read latency, acceptance into the controller to last data beat: "
+                                                  "mean"),
     "memory.read_latency_cycles.p50": ("cycles", "read latency (acceptance to data): median"),
     "memory.read_latency_cycles.p99": ("cycles", "read latency (acceptance to data): 99th percentile"),
     "memory.read_latency_cycles.max": ("cycles", "read latency (acceptance to data): maximum"),
@@ -45,18 +47,24 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.read_latency_ns.p50": ("ns", "read_latency_cycles.p50 x tCK"),
     "memory.read_latency_ns.p99": ("ns", "read_latency_cycles.p99 x tCK"),
     "memory.read_latency_ns.max": ("ns", "read_latency_cycles.max x tCK"),
-    "memory.read_total_latency_cycles.mean": ("cycles", "read latency from the trace timestamp (injection stalls included) to data: mean"),
+    "memory.read_total_latency_cycles.mean": ("cycles", "read latency from the trace timestamp (injection stalls "
+                                                        "included) to data: mean"),
     "memory.read_total_latency_cycles.p50": ("cycles", "read latency from the trace timestamp to data: median"),
-    "memory.read_total_latency_cycles.p99": ("cycles", "read latency from the trace timestamp to data: 99th percentile"),
+    "memory.read_total_latency_cycles.p99": ("cycles", "read latency from the trace timestamp to data: 99th "
+                                                       "percentile"),
     "memory.read_total_latency_cycles.max": ("cycles", "read latency from the trace timestamp to data: maximum"),
-    "memory.injection_stall_cycles": ("cycles", "sum over requests of acceptance cycle minus timestamp (head-of-line blocking)"),
-    "memory.row_hits": ("requests", "requests whose first command was their column command (row already open)"),
+    "memory.injection_stall_cycles": ("cycles", "sum over requests of acceptance cycle minus timestamp "
+                                                "(head-of-line blocking)"),
+    "memory.row_hits": ("requests", "requests whose first command was their column command (row already "
+                                    "open)"),
     "memory.row_misses": ("requests", "requests whose first command was an ACT to a closed bank"),
     "memory.row_conflicts": ("requests", "requests whose first command was a PRE of another row in their bank"),
     "memory.row_hit_rate": ("fraction", "row_hits / (row_hits + row_misses + row_conflicts)"),
     "memory.forwarded": ("requests", "reads served from, or writes merged into, a queued write to the same address"),
-    "memory.bank_conflicts": ("requests", "requests that, on acceptance, found their bank open on another row, holding queued requests for another row, or refreshing"),
-    "memory.commands.<cmd>": ("commands", "DRAM commands issued, by type (ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFpb)"),
+    "memory.bank_conflicts": ("requests", "requests that, on acceptance, found their bank open on another row, "
+                                          "holding queued requests for another row, or refreshing"),
+    "memory.commands.<cmd>": ("commands", "DRAM commands issued, by type (ACT, PRE, PREA, RD, WR, RDA, WRA, REF, "
+                                          "REFpb)"),
     "memory.channels.<channel>.requests": ("requests", "requests mapped to this channel (all its pseudo-channels)"),
     "memory.channels.<channel>.bandwidth_GBps": ("GB/s", "this channel's DRAM data bytes / sim.time_ns"),
     "memory.channels.<channel>.row_hit_rate": ("fraction", "row-hit rate of this channel's requests"),

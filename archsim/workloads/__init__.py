@@ -12,6 +12,12 @@ from archsim.workloads.generators import (
 )
 
 __all__ = [
-    "GeneratedTrace", "StepSpec", "chat_trace", "decode_step_bytes", "decode_trace", "expected_distinct_experts",
-    "prefill_trace", "reasoning_trace",
+    "GeneratedTrace",
+    "StepSpec",
+    "chat_trace",
+    "decode_step_bytes",
+    "decode_trace",
+    "expected_distinct_experts",
+    "prefill_trace",
+    "reasoning_trace",
 ]

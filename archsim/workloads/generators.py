@@ -55,7 +55,7 @@ from archsim.workloads.ops import (
 ARTEFACTS = {
     "rules": "same recording rules as archsim.capture (see traces/FORMAT.md)",
     "moe": "routed-expert weight reads assume uniform routing: expected distinct experts "
-           "E*(1-(1-k/E)^tokens), rounded",
+    "E*(1-(1-k/E)^tokens), rounded",
     "padding": "none: every request of the batch has the same length",
 }
 
@@ -103,7 +103,9 @@ class _StepBuilder:
         for op in [*self.prologue, *(o for ops, _ in self.layer_groups for o in ops), *self.epilogue]:
             if op.name not in self.operator_weight_bytes:
                 self.operators.append(op.name)
-                self.operator_weight_bytes[op.name] = op.weight_elements * (op.weight_element_bytes or self.el)
+                self.operator_weight_bytes[op.name] = op.weight_elements * (
+                    op.weight_element_bytes or self.el
+                )
         self.index = {name: i for i, name in enumerate(self.operators)}
 
     def _op_rows(self, op: Op, spec: StepSpec) -> list[_Row]:
@@ -138,11 +140,15 @@ class _StepBuilder:
         dims = ((KIND_K, s.k_cache_dim), (KIND_V, s.v_cache_dim))
         for kind, dim in dims:
             nbytes = heads * t * dim * self.el
-            rows += [(OP_WRITE, kind, 0, heads, spec.write_start, t, nbytes, index, r) for r in range(self.batch)]
+            rows += [
+                (OP_WRITE, kind, 0, heads, spec.write_start, t, nbytes, index, r) for r in range(self.batch)
+            ]
         for kind, dim in dims:
             for request in range(self.batch):
-                rows += [(OP_READ, kind, 0, heads, start, count, heads * count * dim * self.el, index, request)
-                         for start, count in spec.read_ranges]
+                rows += [
+                    (OP_READ, kind, 0, heads, start, count, heads * count * dim * self.el, index, request)
+                    for start, count in spec.read_ranges
+                ]
         return rows
 
     def _attention_rows(self, index: int, spec: StepSpec) -> list[_Row]:
@@ -171,10 +177,18 @@ class _StepBuilder:
         table = np.concatenate([rows for rows, _ in blocks])
         n = len(table)
         return {
-            "step": np.full(n, step), "phase": np.full(n, spec.phase), "op": table[:, 0], "kind": table[:, 1],
-            "layer": np.concatenate([layers for _, layers in blocks]), "head_start": table[:, 2],
-            "head_count": table[:, 3], "token_start": table[:, 4], "token_count": table[:, 5],
-            "bytes": table[:, 6], "operator": table[:, 7], "request": table[:, 8],
+            "step": np.full(n, step),
+            "phase": np.full(n, spec.phase),
+            "op": table[:, 0],
+            "kind": table[:, 1],
+            "layer": np.concatenate([layers for _, layers in blocks]),
+            "head_start": table[:, 2],
+            "head_count": table[:, 3],
+            "token_start": table[:, 4],
+            "token_count": table[:, 5],
+            "bytes": table[:, 6],
+            "operator": table[:, 7],
+            "request": table[:, 8],
         }
 
 
@@ -219,8 +233,9 @@ class GeneratedTrace:
     def write(self, path: str | Path, *, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Path:
         """Write the trace (streamed step by step, atomically)."""
         builder = self.builder
-        with LogicalTraceWriter(path, self.header(), operators=builder.operators,
-                                chunk_records=chunk_records) as writer:
+        with LogicalTraceWriter(
+            path, self.header(), operators=builder.operators, chunk_records=chunk_records
+        ) as writer:
             for name, size in builder.operator_weight_bytes.items():
                 writer.operator_id(name, size)
             for columns in self.iter_steps():
@@ -234,27 +249,41 @@ def _positive(**values: int) -> None:
             raise ConfigError(f"must be >= 1, got {value}", where=name)
 
 
-def prefill_trace(shape: ModelShape, *, batch: int, prompt_tokens: int, dtype: str = "bfloat16") -> GeneratedTrace:
+def prefill_trace(
+    shape: ModelShape, *, batch: int, prompt_tokens: int, dtype: str = "bfloat16"
+) -> GeneratedTrace:
     """One prefill step of `prompt_tokens` per request."""
     _positive(batch=batch, prompt_tokens=prompt_tokens)
     steps = [StepSpec(PHASE_PREFILL, prompt_tokens, 0, ((0, prompt_tokens),))]
     return GeneratedTrace(shape, dtype, batch, steps, {"type": "prefill", "prompt_tokens": prompt_tokens})
 
 
-def decode_trace(shape: ModelShape, *, batch: int, context_tokens: int, steps: int = 1,
-                 dtype: str = "bfloat16") -> GeneratedTrace:
+def decode_trace(
+    shape: ModelShape, *, batch: int, context_tokens: int, steps: int = 1, dtype: str = "bfloat16"
+) -> GeneratedTrace:
     """`steps` decode steps on `context_tokens` already in the cache (no prefill step)."""
     _positive(batch=batch, steps=steps)
     if context_tokens < 0:
         raise ConfigError(f"must be >= 0, got {context_tokens}", where="context_tokens")
-    specs = [StepSpec(PHASE_DECODE, 1, context_tokens + i, ((0, context_tokens + i + 1),)) for i in range(steps)]
+    specs = [
+        StepSpec(PHASE_DECODE, 1, context_tokens + i, ((0, context_tokens + i + 1),)) for i in range(steps)
+    ]
     workload = {"type": "decode", "context_tokens": context_tokens, "steps": steps}
     return GeneratedTrace(shape, dtype, batch, specs, workload)
 
 
-def chat_trace(shape: ModelShape, *, batch: int, prompt_tokens: int, reply_tokens: int, turns: int = 1,
-               turn_tokens: int = 0, reuse_prefix: bool = True, shared_prefix_tokens: int = 0,
-               dtype: str = "bfloat16") -> GeneratedTrace:
+def chat_trace(
+    shape: ModelShape,
+    *,
+    batch: int,
+    prompt_tokens: int,
+    reply_tokens: int,
+    turns: int = 1,
+    turn_tokens: int = 0,
+    reuse_prefix: bool = True,
+    shared_prefix_tokens: int = 0,
+    dtype: str = "bfloat16",
+) -> GeneratedTrace:
     """Multi-turn chat, step for step what `capture` runs with the same options.
 
     Turn 0 prefills `prompt_tokens` and decodes `reply_tokens` (one forward pass each; the last reply
@@ -264,8 +293,9 @@ def chat_trace(shape: ModelShape, *, batch: int, prompt_tokens: int, reply_token
     if turns > 1:
         _positive(turn_tokens=turn_tokens)
     if not 0 <= shared_prefix_tokens <= prompt_tokens:
-        raise ConfigError(f"must lie in [0, {prompt_tokens}], got {shared_prefix_tokens}",
-                          where="shared_prefix_tokens")
+        raise ConfigError(
+            f"must lie in [0, {prompt_tokens}], got {shared_prefix_tokens}", where="shared_prefix_tokens"
+        )
     specs: list[StepSpec] = []
     history = 0  # slots holding valid KV
     for turn in range(turns):
@@ -278,8 +308,14 @@ def chat_trace(shape: ModelShape, *, batch: int, prompt_tokens: int, reply_token
         for _ in range(reply_tokens):
             specs.append(StepSpec(PHASE_DECODE, 1, history, ((0, history + 1),)))
             history += 1
-    workload = {"type": "chat", "prompt_tokens": prompt_tokens, "decode_steps": reply_tokens, "turns": turns,
-                "turn_tokens": turn_tokens if turns > 1 else 0, "reuse_prefix": reuse_prefix}
+    workload = {
+        "type": "chat",
+        "prompt_tokens": prompt_tokens,
+        "decode_steps": reply_tokens,
+        "turns": turns,
+        "turn_tokens": turn_tokens if turns > 1 else 0,
+        "reuse_prefix": reuse_prefix,
+    }
     return GeneratedTrace(shape, dtype, batch, specs, workload, shared_prefix_tokens)
 
 
@@ -296,10 +332,20 @@ def _merge(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple((start, count) for start, count in merged)
 
 
-def reasoning_trace(shape: ModelShape, *, batch: int, prompt_tokens: int, depth: int, fanout: int,
-                    segment_tokens: int, dtype: str = "bfloat16") -> GeneratedTrace:
+def reasoning_trace(
+    shape: ModelShape,
+    *,
+    batch: int,
+    prompt_tokens: int,
+    depth: int,
+    fanout: int,
+    segment_tokens: int,
+    dtype: str = "bfloat16",
+) -> GeneratedTrace:
     """Slow-thinking tree search: DFS over a `fanout`-ary tree of `depth` levels of thought segments."""
-    _positive(batch=batch, prompt_tokens=prompt_tokens, depth=depth, fanout=fanout, segment_tokens=segment_tokens)
+    _positive(
+        batch=batch, prompt_tokens=prompt_tokens, depth=depth, fanout=fanout, segment_tokens=segment_tokens
+    )
     nodes = sum(fanout**level for level in range(1, depth + 1))
     if nodes * segment_tokens > 10_000_000:
         raise ConfigError(f"tree of {nodes} nodes x {segment_tokens} tokens is too large", where="depth")
@@ -317,12 +363,20 @@ def reasoning_trace(shape: ModelShape, *, batch: int, prompt_tokens: int, depth:
         if level < depth:
             mine = [*ancestors, (start, segment_tokens)]
             stack.extend((level + 1, mine) for _ in range(fanout))
-    workload = {"type": "reasoning", "prompt_tokens": prompt_tokens, "depth": depth, "fanout": fanout,
-                "segment_tokens": segment_tokens, "nodes": nodes}
+    workload = {
+        "type": "reasoning",
+        "prompt_tokens": prompt_tokens,
+        "depth": depth,
+        "fanout": fanout,
+        "segment_tokens": segment_tokens,
+        "nodes": nodes,
+    }
     return GeneratedTrace(shape, dtype, batch, specs, workload)
 
 
-def decode_step_bytes(shape: ModelShape, *, batch: int, context_tokens: int, dtype: str = "bfloat16") -> dict[str, int]:
+def decode_step_bytes(
+    shape: ModelShape, *, batch: int, context_tokens: int, dtype: str = "bfloat16"
+) -> dict[str, int]:
     """Closed-form bytes of one decode step with `context_tokens` cached before it (an oracle for tests).
 
     weight: every parameter once (embedding: one row per request; routed experts by expected use);
@@ -346,8 +400,8 @@ def decode_step_bytes(shape: ModelShape, *, batch: int, context_tokens: int, dty
     weights += builder.operator_weight_bytes["model.norm"] + builder.operator_weight_bytes["lm_head"]
     return {
         "weight_read": weights,
-        "k_read": k_read, "v_read": v_read,
+        "k_read": k_read,
+        "v_read": v_read,
         "k_written": batch * s.num_layers * s.kv_cache_heads * s.k_cache_dim * el,
         "v_written": batch * s.num_layers * s.kv_cache_heads * s.v_cache_dim * el,
     }
-

@@ -52,8 +52,15 @@ def _norm(name: str, width: int) -> Op:
 
 def model_prologue(shape: ModelShape) -> list[Op]:
     h = shape.hidden_size
-    return [Op("model.embed_tokens", shape.vocab_size * h, (Operand(1, element_bytes=8, integer=True),),
-               (Operand(h),), row_elements=h)]
+    return [
+        Op(
+            "model.embed_tokens",
+            shape.vocab_size * h,
+            (Operand(1, element_bytes=8, integer=True),),
+            (Operand(h),),
+            row_elements=h,
+        )
+    ]
 
 
 def model_epilogue(shape: ModelShape) -> list[Op]:
@@ -79,11 +86,18 @@ def _attention_ops(shape: ModelShape) -> list[Op]:
         else:
             ops.append(_linear(f"{p}.q_proj", h, q_width, False))
         ops += [
-            _linear(f"{p}.kv_a_proj_with_mqa", h, shape.kv_lora_rank + shape.qk_rope_head_dim, shape.qkv_bias),
+            _linear(
+                f"{p}.kv_a_proj_with_mqa", h, shape.kv_lora_rank + shape.qk_rope_head_dim, shape.qkv_bias
+            ),
             _norm(f"{p}.kv_a_layernorm", shape.kv_lora_rank),
             Op(f"{p}.kv_cache", special=KV_CACHE),
-            _linear(f"{p}.kv_b_proj", shape.kv_lora_rank, nh * (shape.qk_nope_head_dim + shape.v_head_dim),
-                    False, basis=CACHED),
+            _linear(
+                f"{p}.kv_b_proj",
+                shape.kv_lora_rank,
+                nh * (shape.qk_nope_head_dim + shape.v_head_dim),
+                False,
+                basis=CACHED,
+            ),
             Op(f"{p}.attention", special=ATTENTION),
             _linear(f"{p}.o_proj", nh * shape.v_head_dim, h, shape.o_bias),
         ]
@@ -117,22 +131,41 @@ def _moe_ops(shape: ModelShape) -> list[Op]:
     h, e, k = shape.hidden_size, shape.n_routed_experts, shape.num_experts_per_tok
     expert_elements = 3 * shape.moe_intermediate_size * h  # gate+up (2I x H) and down (H x I)
     return [
-        Op("model.layers.*.mlp.gate", e * h, (Operand(h),),
-           (Operand(e, element_bytes=4), Operand(k, element_bytes=4), Operand(k, element_bytes=8, integer=True)),
-           weight_element_bytes=4),
-        Op("model.layers.*.mlp.experts", e * expert_elements,
-           (Operand(h), Operand(k, element_bytes=8, integer=True), Operand(k, element_bytes=4)),
-           (Operand(h),), routed_experts=e),
-        *_mlp_ops("model.layers.*.mlp.shared_experts", h, shape.moe_intermediate_size * shape.n_shared_experts,
-                  False),
+        Op(
+            "model.layers.*.mlp.gate",
+            e * h,
+            (Operand(h),),
+            (
+                Operand(e, element_bytes=4),
+                Operand(k, element_bytes=4),
+                Operand(k, element_bytes=8, integer=True),
+            ),
+            weight_element_bytes=4,
+        ),
+        Op(
+            "model.layers.*.mlp.experts",
+            e * expert_elements,
+            (Operand(h), Operand(k, element_bytes=8, integer=True), Operand(k, element_bytes=4)),
+            (Operand(h),),
+            routed_experts=e,
+        ),
+        *_mlp_ops(
+            "model.layers.*.mlp.shared_experts",
+            h,
+            shape.moe_intermediate_size * shape.n_shared_experts,
+            False,
+        ),
     ]
 
 
 def layer_ops(shape: ModelShape, layer: int) -> list[Op]:
     """Module calls of decoder layer `layer`, in execution order."""
     h = shape.hidden_size
-    ops = [_norm("model.layers.*.input_layernorm", h), *_attention_ops(shape),
-           _norm("model.layers.*.post_attention_layernorm", h)]
+    ops = [
+        _norm("model.layers.*.input_layernorm", h),
+        *_attention_ops(shape),
+        _norm("model.layers.*.post_attention_layernorm", h),
+    ]
     if shape.is_moe_layer(layer):
         ops += _moe_ops(shape)
     else:

@@ -1,0 +1,331 @@
+"""Click commands for traces: `capture`, and the `trace` group (info, convert, generate).
+
+archsim.cli registers them. Bad input raises ConfigError / TraceError, which the top-level group turns
+into one line and exit code 2. Heavy imports (torch, transformers) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from archsim.errors import ConfigError, TraceError
+
+_CONVERT_TARGETS = ("dramsim3", "ramulator", "native")
+
+
+@click.command()
+@click.option("--model", required=True, help="Preset name (see docs/models.md) or a checkpoint directory.")
+@click.option(
+    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Logical trace to write."
+)
+@click.option(
+    "--layers", type=int, help="Keep only this many decoder layers (identical layers, same per-layer bytes)."
+)
+@click.option("--batch", type=int, default=1, show_default=True, help="Requests run together.")
+@click.option("--prompt-tokens", type=int, default=32, show_default=True, help="Prompt length of turn 0.")
+@click.option(
+    "--decode-steps", type=int, default=8, show_default=True, help="Decode steps after each prefill."
+)
+@click.option("--turns", type=int, default=1, show_default=True, help="Chat turns on the kept KV cache.")
+@click.option(
+    "--turn-tokens", type=int, default=16, show_default=True, help="New tokens fed by turns after the first."
+)
+@click.option(
+    "--shared-prefix",
+    "shared_prefix_tokens",
+    type=int,
+    default=0,
+    show_default=True,
+    help="First prompt tokens identical across the batch (enables prefix sharing in the mapping).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["bfloat16", "float16", "float32"]),
+    help="Model dtype (default: the preset's / checkpoint's).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "meta"]),
+    default="cpu",
+    show_default=True,
+    help="meta: run on shape-only tensors (exact bytes for huge models, no numerics).",
+)
+@click.option(
+    "--attention",
+    "attention_backend",
+    type=click.Choice(["sdpa", "eager"]),
+    default="sdpa",
+    show_default=True,
+    help="Attention kernel the model runs.",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+def capture(output: str, **kwargs: Any) -> None:
+    """Run a model on a request scenario and write its logical (tensor-level) trace."""
+    from archsim.capture import CaptureOptions, capture_trace
+
+    options = CaptureOptions(**kwargs)
+    result = capture_trace(options, output)
+    size = Path(output).stat().st_size
+    click.echo(f"wrote {output}: {result.steps} steps, {result.records:,} records, {size / 2**10:.1f} KiB")
+
+
+@click.group()
+def trace() -> None:
+    """Inspect, convert and generate traces."""
+
+
+@trace.command("info")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable keys).")
+def trace_info(path: str, as_json: bool) -> None:
+    """Summarize a logical or physical trace (verifies its integrity)."""
+    from archsim.trace.info import format_summary, summarize
+
+    summary = summarize(path)
+    click.echo(json.dumps(summary, indent=2, sort_keys=True) if as_json else format_summary(summary))
+
+
+def placement_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The PoolPlacement fields as command-line options."""
+    options = [
+        click.option("--devices", type=int, default=1, show_default=True, help="Pool devices."),
+        click.option(
+            "--channels",
+            "channels_per_device",
+            type=int,
+            default=32,
+            show_default=True,
+            help="Channels (PNM units) per device.",
+        ),
+        click.option(
+            "--capacity",
+            "capacity_per_device",
+            default="16GiB",
+            show_default=True,
+            help="Capacity per device, e.g. 16GiB.",
+        ),
+        click.option(
+            "--granularity",
+            "access_granularity",
+            default="32B",
+            show_default=True,
+            help="Bytes per access, e.g. 32B (HBM3 pseudo-channel BL8) or 64B.",
+        ),
+        click.option(
+            "--block-tokens",
+            "kv_block_tokens",
+            type=int,
+            default=16,
+            show_default=True,
+            help="Tokens per paged KV block.",
+        ),
+        click.option(
+            "--layout",
+            type=click.Choice(["head_major", "token_major"]),
+            default="head_major",
+            show_default=True,
+            help="KV layout: a head's blocks on one channel, or blocks round-robin.",
+        ),
+        click.option(
+            "--tp",
+            "tensor_parallel",
+            type=int,
+            default=1,
+            show_default=True,
+            help="Tensor-parallel degree (KV heads split into this many shards).",
+        ),
+        click.option(
+            "--weights",
+            "weights_in",
+            type=click.Choice(["gpu", "pool"]),
+            default="gpu",
+            show_default=True,
+            help="Where the weights live (pool: their reads hit the pool).",
+        ),
+        click.option(
+            "--prefix-sharing/--no-prefix-sharing",
+            default=False,
+            show_default=True,
+            help="Share the KV blocks of the trace's shared prompt prefix across requests.",
+        ),
+        click.option(
+            "--attention-on",
+            type=click.Choice(["pnm", "host"]),
+            default="pnm",
+            show_default=True,
+            help="Who reads the KV cache: the PNM units, or the host (no-PNM baseline).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def build_placement(values: dict[str, Any]) -> Any:
+    from archsim.trace.mapping import PoolPlacement
+
+    data = dict(values)
+    data["capacity_per_device_bytes"] = data.pop("capacity_per_device")
+    data["access_granularity_bytes"] = data.pop("access_granularity")
+    return PoolPlacement.from_dict(data, where="placement")
+
+
+@trace.command("convert")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--to", "target", required=True, type=click.Choice(_CONVERT_TARGETS), help="Output format.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="File to write.")
+@click.option(
+    "--device",
+    "device_choice",
+    default="all",
+    show_default=True,
+    help="Pool device to export (device-local addresses), or 'all' (one flat pool address space).",
+)
+@click.option(
+    "--issue-interval",
+    "issue_interval_cycles",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Cycles between consecutive requests' timestamps.",
+)
+@placement_options
+def trace_convert(
+    path: str,
+    target: str,
+    output: str,
+    device_choice: str,
+    issue_interval_cycles: int,
+    **placement_values: Any,
+) -> None:
+    """Map a logical trace onto a pool placement and write the physical request stream."""
+    from archsim.trace.logical import LogicalTrace, is_logical_trace
+    from archsim.trace.mapping import map_trace
+
+    placement = build_placement(placement_values)
+    if not is_logical_trace(path):
+        LogicalTrace(path).close()  # raises the precise TraceError (missing, truncated, not logical...)
+        raise TraceError("not a logical trace", file=path)
+    if device_choice != "all" and (not device_choice.isdigit() or int(device_choice) >= placement.devices):
+        raise ConfigError(
+            f"must be 'all' or a device index below {placement.devices}, got {device_choice!r}",
+            where="device",
+        )
+    with LogicalTrace(path) as logical:
+        streams = map_trace(logical, placement, issue_interval_cycles=issue_interval_cycles)
+    if device_choice == "all":
+        address, mask = streams.flat_address(), slice(None)
+    else:
+        mask = streams.device == int(device_choice)
+        address = streams.address[mask]
+    timestamps, is_write, source = (
+        streams.timestamp_cycles[mask],
+        streams.is_write[mask],
+        streams.source[mask],
+    )
+    if target == "dramsim3":
+        from archsim.trace.text_formats import write_dramsim3
+
+        write_dramsim3(output, timestamps, address, is_write)
+    elif target == "ramulator":
+        from archsim.trace.text_formats import write_ramulator
+
+        write_ramulator(output, address, is_write)
+    else:
+        from archsim.trace.native import save_physical_trace
+
+        header = {
+            "from_logical_trace": str(path),
+            "placement": placement.as_dict(),
+            "device": device_choice,
+            "issue_interval_cycles": issue_interval_cycles,
+            "address_space": "flat pool" if device_choice == "all" else "device-local",
+        }
+        save_physical_trace(output, timestamps, address, is_write, source, header)
+    click.echo(
+        f"wrote {output}: {len(address):,} requests ({int(is_write.sum()):,} writes) from "
+        f"{len(streams.regions.address):,} regions on {placement.devices} device(s)"
+    )
+
+
+@trace.command("generate")
+@click.option("--model", required=True, help="Preset name (see docs/models.md).")
+@click.option("--workload", required=True, type=click.Choice(["prefill", "decode", "chat", "reasoning"]))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@click.option("--layers", type=int, help="Keep only this many decoder layers.")
+@click.option(
+    "--dtype", type=click.Choice(["bfloat16", "float16", "float32"]), default="bfloat16", show_default=True
+)
+@click.option("--batch", type=int, default=1, show_default=True)
+@click.option(
+    "--context", "context_tokens", type=int, default=1024, show_default=True, help="decode: cached tokens."
+)
+@click.option("--steps", type=int, default=1, show_default=True, help="decode: steps.")
+@click.option(
+    "--prompt-tokens", type=int, default=32, show_default=True, help="prefill/chat/reasoning prompt."
+)
+@click.option("--reply-tokens", type=int, default=8, show_default=True, help="chat: decode steps per turn.")
+@click.option("--turns", type=int, default=1, show_default=True, help="chat: turns.")
+@click.option(
+    "--turn-tokens", type=int, default=16, show_default=True, help="chat: new tokens per later turn."
+)
+@click.option(
+    "--reuse-prefix/--no-reuse-prefix",
+    default=True,
+    show_default=True,
+    help="chat: keep the KV cache between turns.",
+)
+@click.option(
+    "--shared-prefix",
+    "shared_prefix_tokens",
+    type=int,
+    default=0,
+    show_default=True,
+    help="chat: prompt tokens shared by every request.",
+)
+@click.option("--depth", type=int, default=3, show_default=True, help="reasoning: tree depth.")
+@click.option("--fanout", type=int, default=2, show_default=True, help="reasoning: branches per node.")
+@click.option("--segment-tokens", type=int, default=16, show_default=True, help="reasoning: tokens per node.")
+def trace_generate(model: str, workload: str, output: str, layers: int | None, dtype: str, **p: Any) -> None:
+    """Write an analytic logical trace (same schema as capture) from a model preset."""
+    from archsim.models import load_preset
+    from archsim.workloads import chat_trace, decode_trace, prefill_trace, reasoning_trace
+
+    shape = load_preset(model).shape()
+    if layers is not None:
+        shape = shape.with_layers(layers)
+    if workload == "prefill":
+        generated = prefill_trace(shape, batch=p["batch"], prompt_tokens=p["prompt_tokens"], dtype=dtype)
+    elif workload == "decode":
+        generated = decode_trace(
+            shape, batch=p["batch"], context_tokens=p["context_tokens"], steps=p["steps"], dtype=dtype
+        )
+    elif workload == "chat":
+        generated = chat_trace(
+            shape,
+            batch=p["batch"],
+            prompt_tokens=p["prompt_tokens"],
+            reply_tokens=p["reply_tokens"],
+            turns=p["turns"],
+            turn_tokens=p["turn_tokens"],
+            reuse_prefix=p["reuse_prefix"],
+            shared_prefix_tokens=p["shared_prefix_tokens"],
+            dtype=dtype,
+        )
+    else:
+        generated = reasoning_trace(
+            shape,
+            batch=p["batch"],
+            prompt_tokens=p["prompt_tokens"],
+            depth=p["depth"],
+            fanout=p["fanout"],
+            segment_tokens=p["segment_tokens"],
+            dtype=dtype,
+        )
+    generated.write(output)
+    click.echo(f"wrote {output}: {len(generated.steps)} steps of {workload} on {shape.name}")

@@ -1,0 +1,32 @@
+"""Shared helpers: configs from presets, small request streams, and running the CLI in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from archsim.config.memory import MemoryConfig, memory_config_from_preset
+from archsim.memory import ReplayResult, Requests, replay
+
+REPO = Path(__file__).resolve().parent.parent
+PRESETS = ("HBM2", "HBM3", "HBM3E")
+DRAMSIM3_INI = REPO.parent / "shared" / "reference" / "dramsim3" / "HBM2_8Gb_x128.ini"
+
+
+def config(preset: str, *overrides: str) -> MemoryConfig:
+    return memory_config_from_preset(preset, list(overrides))
+
+
+def run(cfg: MemoryConfig, timestamp_cycles, address, is_write=None, **kwargs) -> ReplayResult:
+    address = np.asarray(address, dtype=np.uint64)
+    writes = np.zeros(len(address), dtype=np.uint8) if is_write is None else np.asarray(is_write, dtype=np.uint8)
+    return replay(cfg, Requests.build(np.asarray(timestamp_cycles, dtype=np.int64), address, writes), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def dramsim3_ini() -> Path:
+    if not DRAMSIM3_INI.exists():
+        pytest.fail(f"reference config missing: {DRAMSIM3_INI}")
+    return DRAMSIM3_INI
