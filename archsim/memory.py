@@ -17,7 +17,7 @@ from archsim.config.memory import (
 )
 from archsim.controller import kernel as K  # noqa: N812 - the kernel's constants read as K.ACT
 from archsim.dram.spec import refresh_interval_per_bank
-from archsim.dram.timing_table import compile_timing_table
+from archsim.dram.timing_table import compile_timing_table, sparse_timing_table
 from archsim.errors import TraceError
 
 
@@ -69,7 +69,7 @@ class ReplayResult:
     command_log: CommandLog | None
 
 
-def kernel_params(cfg: MemoryConfig, log_capacity: int) -> np.ndarray:
+def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool = False) -> np.ndarray:
     org, t, c, f = cfg.organization, cfg.timing, cfg.controller, cfg.frontend
     prm = np.zeros(K.N_PARAMS, dtype=np.int64)
     prm[K.P_NCH] = org.n_channels
@@ -98,6 +98,7 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int) -> np.ndarray:
     prm[K.P_REFIPB] = refresh_interval_per_bank(org, t)
     prm[K.P_LOGCAP] = log_capacity
     prm[K.P_BQD] = c.bank_queue_depth
+    prm[K.P_TICK] = int(tick_every_cycle)
     return prm
 
 
@@ -126,8 +127,12 @@ def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: st
 
 
 def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, progress: bool = False,
-           chunk_requests: int = 200_000) -> ReplayResult:
-    """Run the request stream through the controllers and banks; see docs/memory.md for the semantics."""
+           chunk_requests: int = 200_000, tick_every_cycle: bool = False) -> ReplayResult:
+    """Run the request stream through the controllers and banks; see docs/memory.md for the semantics.
+
+    `tick_every_cycle` evaluates every channel at every cycle instead of jumping to the next event: same
+    results by construction, much slower; tests use it to prove the event-driven wake-ups skip nothing.
+    """
     org = cfg.organization
     n = len(requests)
     if n == 0:
@@ -141,6 +146,9 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     bank = dec.bank_in_pseudo_channel(org).astype(np.int32)
     row = dec.row.astype(np.int32)
     addr = requests.address.astype(np.int64)
+    rank_in_pc = dec.rank.astype(np.int64)
+    bgf = ((pc.astype(np.int64) * org.ranks + rank_in_pc) * org.bankgroups + dec.bankgroup).astype(np.int64)
+    rf = (pc.astype(np.int64) * org.ranks + rank_in_pc).astype(np.int64)
 
     log_capacity = 0
     if command_log:
@@ -149,10 +157,11 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     compile_start = time.perf_counter()
     warm_up()
     compile_s = time.perf_counter() - compile_start
-    inputs = (requests.timestamp_cycles, pc, bank, row, requests.is_write, addr)
+    gb = pc.astype(np.int64) * org.banks_per_pseudo_channel + bank
+    inputs = (requests.timestamp_cycles, pc, bank, row, requests.is_write, addr, gb, bgf, rf)
     while True:
-        prm = kernel_params(cfg, log_capacity)
-        gap = compile_timing_table(cfg.timing)
+        prm = kernel_params(cfg, log_capacity, tick_every_cycle)
+        sparse = sparse_timing_table(compile_timing_table(cfg.timing))
         scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         outputs = _request_outputs(n)
         state = _kernel_state(cfg, n)
@@ -161,7 +170,7 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
         bar = _progress_bar(n) if progress else None
         while scal[K.S_DONE] == 0:
             before = int(scal[K.S_PTR])
-            K.run_kernel(min(n, before + chunk_requests), prm, gap, scal, *inputs, *outputs, *state, *log_arrays)
+            K.run_kernel(min(n, before + chunk_requests), prm, sparse, scal, *inputs, *outputs, *state, *log_arrays)
             if bar is not None:
                 bar.update(int(scal[K.S_PTR]) - before)
         if bar is not None:
@@ -201,8 +210,11 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[np.ndarray, ...]:
     timing_rows = tuple(np.zeros((count, K.NCMD), dtype=np.int64) for count in (n_bank, n_bg, n_rank, n_pc))
     faw = np.full((n_rank, 4), K.NEG, dtype=np.int64)
     banks = (per(n_bank, -1), per(n_bank), per(n_bank), per(n_bank), per(n_bank), per(n_pc), per(n_pc),
-             per(n_bank), per(n_bank), per(n_bank))
-    # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win
+             per(n_bank), per(n_bank), per(n_bank),
+             np.full((n_bank, 2), -1, dtype=np.int64), np.full((n_bank, 2), -1, dtype=np.int64),
+             np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1))
+    # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win, then the per-bank
+    # request lists (head, tail, count per kind) and their links (next, previous per request)
     queues = (np.zeros((n_pc, c.read_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, c.write_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros(n_pc, dtype=np.bool_))

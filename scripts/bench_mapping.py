@@ -20,8 +20,9 @@ SCENARIOS = [
     ("record-bound: tiny-llama decode B=32 ctx=16, 400 steps", "tiny-llama", None, 32, 16, 400, {}),
     ("record-bound, token_major", "tiny-llama", None, 32, 16, 400, {"layout": "token_major"}),
     ("llama-3.1-8b decode B=16 ctx=64, 8 steps", "llama-3.1-8b", None, 16, 64, 8, {}),
-    ("llama-3.1-8b decode B=16 ctx=64, weights in pool", "llama-3.1-8b", None, 16, 64, 8, {"weights_in": "pool"}),
-    ("access-bound: llama-3.1-70b decode B=4 ctx=8K, 8 layers", "llama-3.1-70b", 8, 4, 8192, 1,
+    ("llama-3.1-8b decode B=16 ctx=64, 2 layers, weights in pool", "llama-3.1-8b", 2, 16, 64, 1,
+     {"weights_in": "pool"}),
+    ("access-bound: llama-3.1-70b decode B=4 ctx=8K, 8 layers, TP2", "llama-3.1-70b", 8, 4, 8192, 1,
      {"tensor_parallel": 2, "devices": 2}),
 ]
 
@@ -50,7 +51,8 @@ def main() -> None:
             accesses = run(cols, header, placement)
             best = min(best, time.perf_counter() - started)
         records = len(cols["step"])
-        print(f"{label:<58}{records:>10,}{accesses:>13,}{records / best * 60 / 1e6:>15.1f}{accesses / best / 1e6:>14.1f}")
+        print(f"{label:<58}{records:>10,}{accesses:>13,}{records / best * 60 / 1e6:>15.1f}"
+              f"{accesses / best / 1e6:>14.1f}")
 
 
 if __name__ == "__main__":

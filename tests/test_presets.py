@@ -9,7 +9,7 @@ EXPECTED = {
     # preset: (capacity per stack GiB, peak GB/s per stack, tCK ns, access bytes, tFAW cycles, tRFC cycles)
     "HBM2": (8, 256.0, 1.0, 64, 30, 260),
     "HBM3": (16, 819.2, 0.625, 32, 48, 560),
-    "HBM3E": (24, 1228.8, 0.41667, 32, 72, 840),
+    "HBM3E": (24, 1228.8, 0.41667, 32, 72, 984),
 }
 
 

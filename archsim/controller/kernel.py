@@ -24,8 +24,8 @@ NEG = -(np.int64(1) << np.int64(40))
 # Integer parameters, in `prm`.
 P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_TIMEOUT = range(11)
 P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
-P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD = range(21, 26)
-N_PARAMS = 26
+P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
+N_PARAMS = 27
 
 # Scalars carried between calls, in `scal`.
 S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE = range(11)
@@ -37,7 +37,7 @@ C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
 POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
     e = nxt_bank[gb, cmd]
     v = nxt_bg[bgf, cmd]
@@ -56,30 +56,38 @@ def _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw
     return e
 
 
-@njit(cache=True)
-def _apply(cmd, t, gb, bgf, rf, pc, ranks, gap, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
-    """Push every scope's earliest-issue times forward after `cmd` issued at `t`."""
-    for n in range(NCMD):
-        g = gap[0, cmd, n]
-        if g >= 0 and t + g > nxt_bank[gb, n]:
-            nxt_bank[gb, n] = t + g
-        g = gap[1, cmd, n]
-        if g >= 0 and t + g > nxt_bg[bgf, n]:
-            nxt_bg[bgf, n] = t + g
-        g = gap[2, cmd, n]
-        if g >= 0 and t + g > nxt_rank[rf, n]:
-            nxt_rank[rf, n] = t + g
-        g = gap[3, cmd, n]
-        if g >= 0 and t + g > nxt_pc[pc, n]:
-            nxt_pc[pc, n] = t + g
-        g = gap[4, cmd, n]
-        if g >= 0 and ranks > 1:
+@njit(cache=True, error_model="numpy")
+def _apply(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
+    """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
+
+    `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, so a command touches a
+    handful of cells rather than the whole levels x commands table.
+    """
+    for k in range(sparse.shape[1]):
+        level = sparse[cmd, k, 0]
+        if level < 0:
+            break
+        n = sparse[cmd, k, 1]
+        v = t + sparse[cmd, k, 2]
+        if level == 0:
+            if v > nxt_bank[gb, n]:
+                nxt_bank[gb, n] = v
+        elif level == 1:
+            if v > nxt_bg[bgf, n]:
+                nxt_bg[bgf, n] = v
+        elif level == 2:
+            if v > nxt_rank[rf, n]:
+                nxt_rank[rf, n] = v
+        elif level == 3:
+            if v > nxt_pc[pc, n]:
+                nxt_pc[pc, n] = v
+        else:
             for r in range(pc * ranks, pc * ranks + ranks):
-                if r != rf and t + g > nxt_rank[r, n]:
-                    nxt_rank[r, n] = t + g
+                if r != rf and v > nxt_rank[r, n]:
+                    nxt_rank[r, n] = v
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                   faw, faw_pos, tfaw):
     """Earliest issue of a row command; PREA looks at every open bank of the rank."""
@@ -102,7 +110,7 @@ def _row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank
                      nxt_pc, faw, faw_pos, tfaw)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
     """No column command of kind `cmd` can issue in this pseudo-channel before this cycle (data bus, tCCD_S)."""
     e = nxt_pc[pc, cmd]
@@ -113,7 +121,7 @@ def _col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
     return e if e > lo else lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
     """No ACT can issue in this pseudo-channel before this cycle (tRRD_S, tFAW, refresh)."""
     lo = INF
@@ -131,7 +139,7 @@ def _act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
     return v if v > lo else lo
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, inline="always", error_model="numpy")
 def _set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
     hsum_r[pc] += hr - hits_r[gb]
     hsum_w[pc] += hw - hits_w[gb]
@@ -139,7 +147,7 @@ def _set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
     hits_w[gb] = hw
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _log(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row):
     k = scal[S_NLOG]
     if k < log_cycle.shape[0]:
@@ -153,7 +161,7 @@ def _log(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_
         scal[S_LOGOVF] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _remove(queue, qlen, pc, i):
     n = qlen[pc]
     for j in range(i, n - 1):
@@ -161,19 +169,50 @@ def _remove(queue, qlen, pc, i):
     qlen[pc] = n - 1
 
 
-@njit(cache=True)
-def _count_hits(queue, qlen, pc, b, row, req_bank, req_row, ready):
-    """Schedulable requests of one queue that target bank `b`, row `row`."""
+@njit(cache=True, inline="always", error_model="numpy")
+def _link(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
+    """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
+    tail = btail[gb, k]
+    bprev[idx] = tail
+    bnext[idx] = -1
+    if tail >= 0:
+        bnext[tail] = idx
+    else:
+        bhead[gb, k] = idx
+    btail[gb, k] = idx
+    bcnt[gb, k] += 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
+    before = bprev[idx]
+    after = bnext[idx]
+    if before >= 0:
+        bnext[before] = after
+    else:
+        bhead[gb, k] = after
+    if after >= 0:
+        bprev[after] = before
+    else:
+        btail[gb, k] = before
+    bcnt[gb, k] -= 1
+
+
+@njit(cache=True, error_model="numpy")
+def _count_row(gb, k, row, bhead, bnext, req_row):
+    """Requests of one kind queued at bank `gb` for `row`."""
     h = 0
-    for j in range(qlen[pc]):
-        idx = queue[pc, j]
-        if req_bank[idx] == b and req_row[idx] == row and ready[idx] < INF:
+    j = bhead[gb, k]
+    while j >= 0:
+        if req_row[j] == row:
             h += 1
+        j = bnext[j]
     return h
 
 
-@njit(cache=True)
-def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready):
+@njit(cache=True, error_model="numpy")
+def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
+              bhead, btail, bnext, bprev, bcnt):
     """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
@@ -183,6 +222,7 @@ def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum,
         if win[gb] < bqd:
             win[gb] += 1
             ready[idx] = t + 1
+            _link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt)
             unmoved[pc] -= 1
             if open_row[gb] == req_row[idx]:
                 hits[gb] += 1
@@ -191,12 +231,13 @@ def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum,
     return False
 
 
-@njit(cache=True)
-def run_kernel(stop_ptr, prm, gap, scal,
-               req_ts, req_pc, req_bank, req_row, req_write, req_addr,
+@njit(cache=True, error_model="numpy")
+def run_kernel(stop_ptr, prm, sparse, scal,
+               req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
+               bhead, btail, bcnt, bnext, bprev,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining,
                ref_due, ref_ptr, chan_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
@@ -229,10 +270,15 @@ def run_kernel(stop_ptr, prm, gap, scal,
     trefipb = prm[P_REFIPB]
     logging = prm[P_LOGCAP] > 0
     bqd = prm[P_BQD]
+    tick = prm[P_TICK] != 0  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
     bankq = bqd > 0
 
     t = scal[S_T]
     ptr = scal[S_PTR]
+    n_visits = 0
+    n_scanned = 0
+    n_loops = 0
+    n_idle = 0
     queued = scal[S_QUEUED]
     last = scal[S_LAST]
 
@@ -285,6 +331,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 ready[idx] = INF
             else:
                 ready[idx] = t + delay
+                _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt)
             if is_w:
                 wq[pc, wq_len[pc]] = idx
                 wq_len[pc] += 1
@@ -305,10 +352,9 @@ def run_kernel(stop_ptr, prm, gap, scal,
             queued += 1
             # when must the channel look at this request? A read joining a busy read queue can act no earlier
             # than its own bank allows; anything that may change which queue is served is looked at at once.
-            wake = t + delay
-            if bankq:
-                wake = t
-            elif not is_w and rq_len[pc] > 1 and not draining[pc]:
+            wake = t  # the served queue (drain watermarks) may change: look at once
+            if not bankq and not is_w and rq_len[pc] > 1 and not draining[pc]:
+                wake = t + delay
                 if orow == row:
                     lb = nxt_bank[gb, RD]
                 elif orow < 0:
@@ -324,12 +370,12 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 chan_next[ch] = wake
 
         # ---- channels due at t
-        scal[S_LOOPS] += 1
+        n_loops += 1
         freed = False
         for ch in range(nch):
             if chan_next[ch] > t:
                 continue
-            scal[S_VISITS] += 1
+            n_visits += 1
             nt = INF
             col_pc = -1
             col_i = -1
@@ -356,10 +402,10 @@ def run_kernel(stop_ptr, prm, gap, scal,
                     moved = False
                     if use_w:
                         moved = _move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
-                                          req_bank, req_row, ready)
+                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt)
                     else:
                         moved = _move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
-                                          req_bank, req_row, ready)
+                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt)
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
@@ -429,74 +475,134 @@ def run_kernel(stop_ptr, prm, gap, scal,
                         nt = cb
                 want_row = n_sched > n_hits and not row_is_ref
                 ab = _act_bound(pc, ranks, ref_block_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
-                if want_row and ab > t and ab < nt:
-                    nt = ab
-                if want_col or want_row:
-                    for qsel in range(2):
-                        if bankq:
-                            scan_w = qsel == 1
+                if (want_col or want_row) and fcfs:
+                    # FCFS: only the oldest schedulable request of the pseudo-channel may act
+                    idx = -1
+                    for k in range(2):
+                        if not bankq and k != (1 if use_w else 0):
+                            continue
+                        for bb in range(bpp):
+                            h = bhead[base + bb, k]
+                            if h >= 0 and (idx < 0 or h < idx):
+                                idx = h
+                    if idx >= 0:
+                        if ready[idx] > t:
+                            if ready[idx] < nt:
+                                nt = ready[idx]
                         else:
-                            if qsel == 1:
-                                break
-                            scan_w = use_w
-                        qn = wq_len[pc] if scan_w else rq_len[pc]
-                        for i in range(qn):
-                            idx = wq[pc, i] if scan_w else rq[pc, i]
-                            scal[S_SCANNED] += 1
-                            rdy = ready[idx]
-                            if rdy > t:
-                                if rdy < nt:
-                                    nt = rdy
-                                if bankq:
-                                    continue
-                                break
-                            b = req_bank[idx]
-                            gb = base + b
-                            row = req_row[idx]
-                            orow = open_row[gb]
-                            if orow == row:
-                                if want_col and (best_col < 0 or idx < best_col):
+                            gb = req_gb[idx]
+                            is_w_req = req_write[idx] != 0
+                            if open_row[gb] == req_row[idx]:
+                                cmd = WR if is_w_req else RD
+                            elif open_row[gb] < 0:
+                                cmd = ACT
+                            else:
+                                cmd = PRE
+                            blocked_ref = cmd == ACT and (req_rf[idx] - pc * ranks == ref_block_rank or
+                                                          gb - base == ref_block_bank)
+                            if (cmd == ACT or cmd == PRE) and row_is_ref:
+                                blocked_ref = True
+                            if not blocked_ref:
+                                e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
+                                              nxt_pc, faw, faw_pos, tfaw)
+                                if e > t:
+                                    if e < nt:
+                                        nt = e
+                                elif cmd == RD or cmd == WR:
+                                    best_col = idx
+                                    bc_cmd = cmd
+                                    bc_w = is_w_req
+                                else:
+                                    best_row = idx
+                                    br_cmd = cmd
+                elif want_col or want_row:
+                    # FR-FCFS over banks: per bank the oldest row hit (column command) and the oldest other
+                    # request (ACT or PRE); across banks the oldest ready of each kind
+                    k_lo = 0 if bankq else (1 if use_w else 0)
+                    k_hi = 2 if bankq else k_lo + 1
+                    for bb in range(bpp):
+                        gb = base + bb
+                        cnt = 0
+                        for k in range(k_lo, k_hi):
+                            cnt += bcnt[gb, k]
+                        if cnt == 0:
+                            continue
+                        orow = open_row[gb]
+                        if bankq:
+                            h = hits_r[gb] + hits_w[gb]
+                        elif use_w:
+                            h = hits_w[gb]
+                        else:
+                            h = hits_r[gb]
+                        if orow >= 0 and h > 0 and want_col:
+                            idx = -1
+                            for k in range(k_lo, k_hi):
+                                j = bhead[gb, k]
+                                while j >= 0 and req_row[j] != orow:
+                                    j = bnext[j]
+                                if j >= 0 and (idx < 0 or j < idx):
+                                    idx = j
+                            if idx >= 0 and (best_col < 0 or idx < best_col):
+                                if ready[idx] > t:
+                                    if ready[idx] < nt:
+                                        nt = ready[idx]
+                                else:
+                                    is_w_req = req_write[idx] != 0
                                     auto = False
                                     if policy == POL_CLOSED:
-                                        auto = (hits_w[gb] if scan_w else hits_r[gb]) <= 1
-                                    cmd = (WRA if auto else WR) if scan_w else (RDA if auto else RD)
-                                    e = _earliest(cmd, gb, pc * ranks * bgs + b // banks, pc * ranks + b // bpr, pc,
-                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                                        auto = (hits_w[gb] if is_w_req else hits_r[gb]) <= 1
+                                    cmd = (WRA if auto else WR) if is_w_req else (RDA if auto else RD)
+                                    e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
+                                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                                     if e <= t:
                                         best_col = idx
                                         bc_cmd = cmd
-                                        bc_w = scan_w
+                                        bc_w = is_w_req
                                     elif e < nt:
                                         nt = e
-                            elif want_row:
-                                if orow < 0:
-                                    if ab > t or b // bpr == ref_block_rank or b == ref_block_bank:
-                                        if fcfs:
-                                            break
-                                        continue
-                                    cmd = ACT
-                                else:
-                                    hits = hits_r[gb] + hits_w[gb] if bankq else (
-                                        hits_w[gb] if scan_w else hits_r[gb])
-                                    if hits > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
-                                        if fcfs:
-                                            break
-                                        continue
-                                    cmd = PRE
-                                e = _earliest(cmd, gb, pc * ranks * bgs + b // banks, pc * ranks + b // bpr, pc,
-                                              nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
-                                if e <= t:
-                                    if best_row < 0 or idx < best_row:
-                                        if best_row >= 0:
-                                            nt = t + 1
-                                        best_row = idx
-                                        br_cmd = cmd
-                                    else:
-                                        nt = t + 1
-                                elif e < nt:
-                                    nt = e
-                            if fcfs:
-                                break
+                        if not want_row or cnt == h:
+                            continue
+                        if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                            continue  # the open row's hits go first; their column commands wake the channel
+                        # the oldest request of this bank that does not hit the open row
+                        idx = -1
+                        for k in range(k_lo, k_hi):
+                            j = bhead[gb, k]
+                            while j >= 0 and req_row[j] == orow:
+                                j = bnext[j]
+                            if j >= 0 and (idx < 0 or j < idx):
+                                idx = j
+                        if idx < 0:
+                            continue
+                        if ready[idx] > t:
+                            if ready[idx] < nt:
+                                nt = ready[idx]
+                            continue
+                        if orow < 0:
+                            if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
+                                continue  # refresh holds this rank or bank; refresh progress wakes the channel
+                            if ab > t:
+                                v = nxt_bank[gb, ACT]
+                                if v < ab:
+                                    v = ab
+                                if v < nt:
+                                    nt = v
+                                continue
+                            cmd = ACT
+                        else:
+                            cmd = PRE
+                        e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                                      faw, faw_pos, tfaw)
+                        if e <= t:
+                            if best_row < 0 or idx < best_row:
+                                if best_row >= 0:
+                                    nt = t + 1
+                                best_row = idx
+                                br_cmd = cmd
+                            else:
+                                nt = t + 1
+                        elif e < nt:
+                            nt = e
                 # ---- timeout policy: close idle rows nobody is waiting for
                 timeout_bank = -1
                 if policy == POL_TIMEOUT and (best_row >= 0 or row_is_ref):
@@ -565,9 +671,10 @@ def run_kernel(stop_ptr, prm, gap, scal,
                             break
                 b = req_bank[idx]
                 gb = pc * bpp + b
-                rf = pc * ranks + b // bpr
-                bgf = pc * ranks * bgs + b // banks
-                _apply(col_cmd, t, gb, bgf, rf, pc, ranks, gap, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                rf = req_rf[idx]
+                bgf = req_bgf[idx]
+                _unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt)
+                _apply(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 if col_w:
                     end = t + cwl + burst
@@ -632,7 +739,7 @@ def run_kernel(stop_ptr, prm, gap, scal,
                 r = b // bpr
                 rf = pc * ranks + r
                 bgf = pc * ranks * bgs + b // banks
-                _apply(row_cmd, t, gb, bgf, rf, pc, ranks, gap, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                _apply(row_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 row = -1
                 if row_cmd == ACT:
                     idx = row_req
@@ -641,9 +748,8 @@ def run_kernel(stop_ptr, prm, gap, scal,
                     col_count[gb] = 0
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
-                    _set_hits(gb, pc, _count_hits(rq, rq_len, pc, b, row, req_bank, req_row, ready),
-                              _count_hits(wq, wq_len, pc, b, row, req_bank, req_row, ready),
-                              hits_r, hits_w, hsum_r, hsum_w)
+                    _set_hits(gb, pc, _count_row(gb, 0, row, bhead, bnext, req_row),
+                              _count_row(gb, 1, row, bhead, bnext, req_row), hits_r, hits_w, hsum_r, hsum_w)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
@@ -684,13 +790,19 @@ def run_kernel(stop_ptr, prm, gap, scal,
                     _log(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 cmd_count[row_cmd] += 1
             if col_pc < 0 and row_pc < 0:
-                scal[S_IDLE] += 1
+                n_idle += 1
             if bankq:
                 for p in range(pcs):
                     pc = ch * pcs + p
                     if rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1
-            if nt <= t:
+            if refresh != 0 and (col_pc >= 0 or row_pc >= 0):
+                # a bank closed by auto-precharge drops out of a pending PREA's gate: look again next cycle
+                for p in range(pcs):
+                    for r in range(ranks):
+                        if ref_due[(ch * pcs + p) * ranks + r] <= t:
+                            nt = t + 1
+            if nt <= t or tick:
                 nt = t + 1
             chan_next[ch] = nt
 
@@ -721,6 +833,10 @@ def run_kernel(stop_ptr, prm, gap, scal,
             nt = t + 1
         t = nt
 
+    scal[S_VISITS] += n_visits
+    scal[S_SCANNED] += n_scanned
+    scal[S_LOOPS] += n_loops
+    scal[S_IDLE] += n_idle
     scal[S_T] = t
     scal[S_PTR] = ptr
     scal[S_QUEUED] = queued

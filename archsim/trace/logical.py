@@ -155,6 +155,9 @@ class LogicalTraceWriter:
         self._chunk_records = chunk_records
         self._tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         compression = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+        self._compression = compression
+        if not self.path.parent.is_dir():
+            raise TraceError("the output directory does not exist", file=str(self.path))
         self._zip: zipfile.ZipFile | None = zipfile.ZipFile(self._tmp, "w", compression=compression,
                                                              allowZip64=True)
         self._operators: list[str] = []
@@ -202,6 +205,12 @@ class LogicalTraceWriter:
         self._pending_records = len(rest["step"])
         self._write_chunk(chunk)
 
+    def _member(self, name: str) -> zipfile.ZipInfo:
+        # a fixed timestamp keeps the same records byte-identical from run to run
+        info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = self._compression
+        return info
+
     def _write_chunk(self, chunk: dict[str, np.ndarray]) -> None:
         assert self._zip is not None
         index = len(self._chunks)
@@ -209,7 +218,7 @@ class LogicalTraceWriter:
         for name in COLUMN_NAMES:
             payload = _npy_bytes(chunk[name])
             digest.update(payload)
-            self._zip.writestr(f"chunks/{index:06d}/{name}.npy", payload)
+            self._zip.writestr(self._member(f"chunks/{index:06d}/{name}.npy"), payload)
         count = len(chunk["step"])
         self._chunks.append({"index": index, "records": count, "sha256": digest.hexdigest()})
         self._records += count
@@ -243,7 +252,7 @@ class LogicalTraceWriter:
                     },
                 },
             }
-            self._zip.writestr(MANIFEST_MEMBER, json.dumps(manifest, indent=1, sort_keys=False))
+            self._zip.writestr(self._member(MANIFEST_MEMBER), json.dumps(manifest, indent=1, sort_keys=False))
             self._zip.close()
             self._zip = None
             with open(self._tmp, "rb") as handle:

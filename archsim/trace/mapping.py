@@ -148,9 +148,7 @@ class PhysicalStreams:
 
     def flat_address(self) -> np.ndarray:
         """One pool-wide address space: device d occupies [d * capacity, (d + 1) * capacity)."""
-        return self.address + self.device.astype(np.uint64) * np.uint64(
-            self.placement.capacity_per_device_bytes
-        )
+        return self.address + self.device.astype(np.uint64) * np.uint64(self.placement.capacity_per_device_bytes)
 
     def select_device(self, device: int) -> dict[str, np.ndarray]:
         mask = self.device == device
@@ -214,9 +212,7 @@ class TraceMapper:
         self.p = placement
         self.kv_heads = kv_heads
         self.heads_per_shard = kv_heads // placement.tensor_parallel
-        self.shared_blocks = (
-            shared_prefix_tokens // placement.kv_block_tokens if placement.prefix_sharing else 0
-        )
+        self.shared_blocks = shared_prefix_tokens // placement.kv_block_tokens if placement.prefix_sharing else 0
         self.operator_weight_bytes = np.array([b or 0 for b in (operator_weight_bytes or [])], dtype=np.int64)
         self.issue_interval_cycles = issue_interval_cycles
         d, t, c = placement.devices, placement.tensor_parallel, placement.channels_per_device
@@ -271,9 +267,7 @@ class TraceMapper:
             by_unit = np.argsort(unit, kind="stable")
             csum = np.cumsum(sz[by_unit])
             run_start = np.flatnonzero(np.r_[True, unit[by_unit][1:] != unit[by_unit][:-1]])
-            run_base = np.repeat(
-                csum[run_start] - sz[by_unit][run_start], np.diff(np.r_[run_start, len(rows)])
-            )
+            run_base = np.repeat(csum[run_start] - sz[by_unit][run_start], np.diff(np.r_[run_start, len(rows)]))
             local = np.empty_like(sz)
             local[by_unit] = csum - sz[by_unit] - run_base
             local += self.next_offset[unit]
@@ -314,10 +308,7 @@ class TraceMapper:
         if not self._regions:
             return RegionTable(**{n: np.empty(0, dtype=dtypes.get(n, np.int32)) for n in names})
         return RegionTable(
-            **{
-                n: np.concatenate([r[n] for r in self._regions]).astype(dtypes.get(n, np.int32))
-                for n in names
-            }
+            **{n: np.concatenate([r[n] for r in self._regions]).astype(dtypes.get(n, np.int32)) for n in names}
         )
 
     # -- KV -----------------------------------------------------------------------------------------
@@ -342,9 +333,7 @@ class TraceMapper:
         )
         if bad.any():
             record = int(idx[np.argmax(bad)])
-            raise TraceError(
-                "k/v record has an invalid head, token, layer or request range", where=f"record {record}"
-            )
+            raise TraceError("k/v record has an invalid head, token, layer or request range", where=f"record {record}")
         denom = np.maximum(tc * head_count, 1)
         nbytes = cols["bytes"][idx].astype(np.int64)
         pth = nbytes // denom
@@ -442,9 +431,7 @@ class TraceMapper:
         keep = np.ones(len(key), dtype=bool)
         if self.shared_blocks and shared.any():  # only the first writer of a shared prefix block writes it
             for i in np.flatnonzero(shared & write).tolist():
-                keep[i] = (
-                    self.block_owner.setdefault(int(key[i]), int(request[owner[i]])) == request[owner[i]]
-                )
+                keep[i] = self.block_owner.setdefault(int(key[i]), int(request[owner[i]])) == request[owner[i]]
         return {
             "record": idx[owner][keep],
             "region": region[keep],
@@ -460,8 +447,7 @@ class TraceMapper:
             known = self.pth_bytes.setdefault((lay, kin), value)
             if known != value:
                 raise TraceError(
-                    f"layer {lay} {'kv'[kin]} records disagree on bytes per token and head "
-                    f"({known} and {value})",
+                    f"layer {lay} {'kv'[kin]} records disagree on bytes per token and head ({known} and {value})",
                     where="bytes",
                 )
 
@@ -504,24 +490,46 @@ class TraceMapper:
             "lines": ((read + g - 1) // g).reshape(len(idx), per_record),
         }
 
-    def _weight_accesses(self, pieces: dict[str, np.ndarray], lo: int, hi: int) -> dict[str, np.ndarray]:
-        """Accesses of weight records lo..hi: line j of every piece before line j + 1 of any (a wide read
-        streams all channels at once)."""
-        region, lines = pieces["region"][lo:hi], pieces["lines"][lo:hi]
-        per_record = region.shape[1]
-        rec_of, k = _segments(lines.max(axis=1) * per_record)
-        line, piece = k // per_record, k % per_record
-        valid = line < lines[rec_of, piece]
-        rec_of, line, piece = rec_of[valid], line[valid], piece[valid]
-        reg = region[rec_of, piece]
+    def _weight_accesses(self, pieces: dict[str, np.ndarray], i: int, max_accesses: int) -> Iterator[dict]:
+        """Accesses of weight record i in blocks of about `max_accesses`: line j of every piece before
+        line j + 1 of any (a wide read streams all channels at once)."""
+        regions, lines = pieces["region"][i], pieces["lines"][i]
+        base = self.region_address[regions]
         g = self.p.access_granularity_bytes
-        n = len(reg)
+        record = int(pieces["record"][i])
+        row = 0
+        # a read covers each shard's first bytes, so piece line counts take at most a few distinct values;
+        # between two of them the valid pieces form a rectangle (rows x pieces with more lines)
+        for top in np.unique(lines[lines > 0]).tolist():
+            columns = np.flatnonzero(lines >= top)
+            step = max(1, max_accesses // len(columns))
+            for start in range(row, top, step):
+                rows = np.arange(start, min(top, start + step), dtype=np.int64) * g
+                address = (rows[:, None] + base[columns][None, :]).ravel()
+                n = len(address)
+                yield {
+                    "address": address.view(np.uint64),
+                    "device": np.tile(self.region_device[regions[columns]], len(rows)),
+                    "is_write": np.zeros(n, dtype=np.uint8),
+                    "source": np.full(n, SOURCE_HOST, dtype=np.uint8),
+                    "record": np.full(n, record, dtype=np.int64),
+                }
+            row = top
+
+    def _kv_accesses(self, kv: dict[str, np.ndarray], a: int, b: int) -> dict[str, np.ndarray]:
+        """Accesses of KV pieces a..b (pieces are in record order, so no sort is needed)."""
+        c = kv["counts"][a:b]
+        total = int(c.sum())
+        # in-place arithmetic keeps a single access-sized temporary: the cost here is memory traffic
+        address = np.repeat(kv["first_line"][a:b] - (np.cumsum(c) - c), c)
+        address += np.arange(total, dtype=np.int64)
+        address *= self.p.access_granularity_bytes
         return {
-            "record": pieces["record"][lo:hi][rec_of],
-            "address": (self.region_address[reg] + line * g).view(np.uint64),
-            "device": self.region_device[reg],
-            "is_write": np.zeros(n, dtype=np.uint8),
-            "source": np.full(n, SOURCE_HOST, dtype=np.uint8),
+            "address": address.view(np.uint64),
+            "device": np.repeat(kv["device"][a:b], c),
+            "is_write": np.repeat(kv["write"][a:b].astype(np.uint8), c),
+            "source": np.repeat(kv["source"][a:b], c),
+            "record": np.repeat(kv["record"][a:b], c),
         }
 
     # -- driver -------------------------------------------------------------------------------------
@@ -530,62 +538,58 @@ class TraceMapper:
     ) -> Iterator[dict[str, np.ndarray]]:
         """Accesses of one chunk of records, in issue order, in batches of about `batch_accesses`."""
         kind = cols["kind"]
-        n_records = len(kind)
         g = self.p.access_granularity_bytes
         kv = self._kv_pieces(cols, np.flatnonzero((kind == KIND_K) | (kind == KIND_V)))
         start = self.region_address[kv["region"]] + kv["offset"]
-        first_line = start // g
-        counts = (start + kv["length"] - 1) // g - first_line + 1
-        per_record = np.bincount(kv["record"], weights=counts, minlength=n_records).astype(np.int64)
-        weights = None
+        kv["first_line"] = start // g
+        kv["counts"] = (start + kv["length"] - 1) // g - kv["first_line"] + 1
+        kv["device"] = self.region_device[kv["region"]]
+        read_source = SOURCE_PNM if self.p.attention_on == "pnm" else SOURCE_HOST
+        kv["source"] = np.where(kv["write"], SOURCE_HOST, read_source).astype(np.uint8)
+        cumulative = np.cumsum(kv["counts"])
+        weights: dict[str, np.ndarray] = {"record": np.empty(0, dtype=np.int64)}
         if self.p.weights_in == "pool":
             w_idx = np.flatnonzero((kind == KIND_WEIGHT) & (cols["bytes"] > 0))
             if len(w_idx):
                 weights = self._weight_pieces(cols, w_idx)
-                per_record[w_idx] += weights["lines"].sum(axis=1)
-        read_source = SOURCE_PNM if self.p.attention_on == "pnm" else SOURCE_HOST
-        piece_source = np.where(kv["write"], SOURCE_HOST, read_source).astype(np.uint8)
-        piece_device = self.region_device[kv["region"]]
-        # record boundaries of the batches; pieces and weight records are sorted by record
-        cumulative = np.cumsum(per_record)
-        bounds = np.unique(
-            np.r_[
-                0,
-                np.searchsorted(
-                    cumulative,
-                    np.arange(batch_accesses, int(cumulative[-1]) if n_records else 0, batch_accesses),
-                    side="right",
-                ),
-                n_records,
-            ]
-        )
-        for r0, r1 in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            a, b = np.searchsorted(kv["record"], [r0, r1])
-            c = counts[a:b]
-            total = int(c.sum())
-            address = np.repeat(first_line[a:b] - (np.cumsum(c) - c), c)
-            address += np.arange(total, dtype=np.int64)
-            address *= g
-            out = {
-                "address": address.view(np.uint64),
-                "device": np.repeat(piece_device[a:b], c),
-                "is_write": np.repeat(kv["write"][a:b].astype(np.uint8), c),
-                "source": np.repeat(piece_source[a:b], c),
-                "record": np.repeat(kv["record"][a:b], c),
-            }
-            if weights is not None:
-                wa, wb = np.searchsorted(weights["record"], [r0, r1])
-                if wb > wa:
-                    out = _merge_by_record(out, self._weight_accesses(weights, wa, wb))
+        pending: list[dict[str, np.ndarray]] = []
+        pending_accesses = 0
+
+        def flush() -> dict[str, np.ndarray]:
+            nonlocal pending, pending_accesses
+            out = _concat(pending)
+            pending, pending_accesses = [], 0
             n = len(out["address"])
             timestamps = np.arange(self.accesses_emitted, self.accesses_emitted + n, dtype=np.int64)
             if self.issue_interval_cycles != 1:
                 timestamps *= self.issue_interval_cycles
             out["timestamp_cycles"] = timestamps
-            out["record"] = out["record"] + record_offset
+            if record_offset:
+                out["record"] = out["record"] + record_offset
             self.accesses_emitted += n
-            if n:
-                yield out
+            return out
+
+        def parts() -> Iterator[dict[str, np.ndarray]]:
+            # KV pieces between consecutive weight records, then that weight record, in record order
+            kv_end = np.searchsorted(kv["record"], weights["record"]).tolist() + [len(kv["record"])]
+            a = 0
+            for i, b in enumerate(kv_end):
+                while a < b:  # KV pieces a..b in slices of about batch_accesses
+                    done = int(cumulative[a - 1]) if a else 0
+                    cut = int(np.searchsorted(cumulative, done + batch_accesses, side="right"))
+                    cut = min(b, max(cut, a + 1))
+                    yield self._kv_accesses(kv, a, cut)
+                    a = cut
+                if i < len(weights["record"]):
+                    yield from self._weight_accesses(weights, i, batch_accesses)
+
+        for part in parts():
+            pending.append(part)
+            pending_accesses += len(part["address"])
+            if pending_accesses >= batch_accesses:
+                yield flush()
+        if pending_accesses:
+            yield flush()
 
     def map_chunk(self, cols: Mapping[str, np.ndarray], record_offset: int = 0) -> dict[str, np.ndarray]:
         """All accesses of one chunk of records in one set of arrays."""
@@ -594,23 +598,10 @@ class TraceMapper:
 
 def _concat(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     if len(parts) == 1:
-        return parts[0]
+        return dict(parts[0])
     if not parts:
         return {n: np.empty(0, dtype=d) for n, d in _OUT_DTYPES.items()}
-    return {n: np.concatenate([part[n] for part in parts]) for n in _OUT_DTYPES}
-
-
-def _merge_by_record(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Interleave two record-ordered access lists whose records are disjoint, keeping record order."""
-    pos_a = np.arange(len(a["record"])) + np.searchsorted(b["record"], a["record"], side="left")
-    pos_b = np.arange(len(b["record"])) + np.searchsorted(a["record"], b["record"], side="left")
-    out = {}
-    for name in a:
-        merged = np.empty(len(pos_a) + len(pos_b), dtype=a[name].dtype)
-        merged[pos_a] = a[name]
-        merged[pos_b] = b[name]
-        out[name] = merged
-    return out
+    return {n: np.concatenate([part[n] for part in parts]) for n in parts[0]}
 
 
 def kv_heads_from_header(header: Mapping[str, Any], where: str = "header") -> int:
@@ -622,9 +613,7 @@ def kv_heads_from_header(header: Mapping[str, Any], where: str = "header") -> in
         raise TraceError("header lacks model.shape (attention, num_kv_heads)", where="model.shape") from None
 
 
-def mapper_for(
-    trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1
-) -> TraceMapper:
+def mapper_for(trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1) -> TraceMapper:
     """A mapper set up from a trace's header (KV heads, shared prefix, operator weight sizes)."""
     header = trace.header
     return TraceMapper(
@@ -651,9 +640,7 @@ def iter_map(
         offset += len(chunk["step"])
 
 
-def map_trace(
-    trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1
-) -> PhysicalStreams:
+def map_trace(trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1) -> PhysicalStreams:
     """Map a whole logical trace to the pool's physical request stream, in memory."""
     mapper = mapper_for(trace, placement, issue_interval_cycles=issue_interval_cycles)
     parts = []
