@@ -500,7 +500,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                 cmd = PRE
                             blocked_ref = cmd == ACT and (req_rf[idx] - pc * ranks == ref_block_rank or
                                                           gb - base == ref_block_bank)
-                            if (cmd == ACT or cmd == PRE) and row_is_ref:
+                            if cmd in (ACT, PRE) and row_is_ref:
                                 blocked_ref = True
                             if not blocked_ref:
                                 e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
@@ -508,7 +508,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                 if e > t:
                                     if e < nt:
                                         nt = e
-                                elif cmd == RD or cmd == WR:
+                                elif cmd in (RD, WR):
                                     best_col = idx
                                     bc_cmd = cmd
                                     bc_w = is_w_req
