@@ -126,6 +126,99 @@ def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: st
     return address
 
 
+class MemorySession:
+    """The memory as a resumable simulation: addresses are known up front, release times may come later.
+
+    Requests are released in index order (`release`) with non-decreasing cycles; an unreleased request
+    holds back every later one, as a trace would. `run_until(cycle)` simulates everything before `cycle` and
+    returns; `done_cycle` then shows which requests completed. A closed-loop client (the PNM unit) releases
+    its next loads once the data they depend on has arrived. `replay` is the open-loop special case.
+    """
+
+    def __init__(self, cfg: MemoryConfig, address: np.ndarray, is_write: np.ndarray,
+                 source: np.ndarray | None = None, *, command_log: bool = False,
+                 tick_every_cycle: bool = False) -> None:
+        org = cfg.organization
+        n = len(address)
+        self.cfg = cfg
+        self.n = n
+        self.requests = Requests.build(np.full(n, K.INF, dtype=np.int64), address, is_write, source)
+        dec = cfg.mapping.decode(self.requests.address)
+        self.pseudo_channel = dec.flat_pseudo_channel(org).astype(np.int32)
+        bank = dec.bank_in_pseudo_channel(org).astype(np.int32)
+        rank = self.pseudo_channel.astype(np.int64) * org.ranks + dec.rank
+        bankgroup = rank * org.bankgroups + dec.bankgroup
+        bank_global = self.pseudo_channel.astype(np.int64) * org.banks_per_pseudo_channel + bank
+        self._inputs = (self.requests.timestamp_cycles, self.pseudo_channel, bank, dec.row.astype(np.int32),
+                        self.requests.is_write, self.requests.address.astype(np.int64), bank_global, bankgroup,
+                        rank)
+        self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
+        self._sparse = sparse_timing_table(compile_timing_table(cfg.timing))
+        self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
+        self._outputs = _request_outputs(n)
+        self._state = _kernel_state(cfg, n)
+        self._log = _log_arrays(4 * n + 1024 if command_log else 1)
+        self.command_log_enabled = command_log
+        self.released = 0
+        self.wall_s = 0.0
+
+    @property
+    def now(self) -> int:
+        return int(self._scal[K.S_T])
+
+    @property
+    def accept_cycle(self) -> np.ndarray:
+        return self._outputs[0]
+
+    @property
+    def done_cycle(self) -> np.ndarray:
+        """Cycle of each request's last data beat (reads) or completion (writes); -1 while pending."""
+        return self._outputs[2]
+
+    def release(self, first: int, last: int, cycle: int | np.ndarray) -> None:
+        """Requests [first, last) may be injected from `cycle` on (a scalar or one cycle per request)."""
+        if first != self.released or last < first or last > self.n:
+            raise ValueError(f"release [{first}, {last}) out of order: {self.released} released so far")
+        cycles = np.broadcast_to(np.asarray(cycle, dtype=np.int64), (last - first,))
+        floor = max(self.now, int(self.requests.timestamp_cycles[first - 1]) if first else 0)
+        self.requests.timestamp_cycles[first:last] = np.maximum.accumulate(np.maximum(cycles, floor))
+        self.released = last
+
+    def run_until(self, cycle: int, *, stop_after_requests: int | None = None) -> int:
+        """Simulate every event before `cycle` (all of them if `cycle` is None-like INF); return the time reached."""
+        self._scal[K.S_TLIMIT] = cycle
+        stop = self.n if stop_after_requests is None else stop_after_requests
+        start = time.perf_counter()
+        while True:
+            before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
+            K.run_kernel(stop, self._prm, self._sparse, self._scal, *self._inputs, *self._outputs, *self._state,
+                         *self._log)
+            if self._scal[K.S_LOGOVF]:
+                self._scal[K.S_LOGOVF] = 0
+                self._log = tuple(np.concatenate([a, np.zeros_like(a)]) for a in self._log)
+                continue
+            after = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
+            if self._scal[K.S_DONE] or after[0] >= stop or after[1] >= cycle or after == before:
+                break
+        self.wall_s += time.perf_counter() - start
+        return self.now
+
+    @property
+    def finished(self) -> bool:
+        return bool(self._scal[K.S_DONE])
+
+    def command_log(self) -> CommandLog | None:
+        if not self.command_log_enabled:
+            return None
+        k = int(self._scal[K.S_NLOG])
+        return CommandLog(*(array[:k].copy() for array in self._log))
+
+    def result(self, compile_s: float = 0.0) -> ReplayResult:
+        accept, _ready, done, klass, conflict = self._outputs
+        return ReplayResult(self.cfg, self.requests, self.pseudo_channel, accept, done, klass, conflict,
+                            self._state[-1], int(self._scal[K.S_LAST]), self.wall_s, compile_s, self.command_log())
+
+
 def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, progress: bool = False,
            chunk_requests: int = 200_000, tick_every_cycle: bool = False) -> ReplayResult:
     """Run the request stream through the controllers and banks; see docs/memory.md for the semantics.
@@ -133,60 +226,34 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     `tick_every_cycle` evaluates every channel at every cycle instead of jumping to the next event: same
     results by construction, much slower; tests use it to prove the event-driven wake-ups skip nothing.
     """
-    org = cfg.organization
     n = len(requests)
     if n == 0:
         raise TraceError("the trace holds no requests")
-    if np.any(np.diff(requests.timestamp_cycles) < 0):
-        first = int(np.nonzero(np.diff(requests.timestamp_cycles) < 0)[0][0]) + 1
+    backwards = np.nonzero(np.diff(requests.timestamp_cycles) < 0)[0]
+    if backwards.size:
+        first = int(backwards[0]) + 1
         raise TraceError(f"timestamps go backwards at request {first}: requests are replayed in trace order",
                          where=f"request {first}")
-    dec = cfg.mapping.decode(requests.address)
-    pc = dec.flat_pseudo_channel(org).astype(np.int32)
-    bank = dec.bank_in_pseudo_channel(org).astype(np.int32)
-    row = dec.row.astype(np.int32)
-    addr = requests.address.astype(np.int64)
-    rank_in_pc = dec.rank.astype(np.int64)
-    bgf = ((pc.astype(np.int64) * org.ranks + rank_in_pc) * org.bankgroups + dec.bankgroup).astype(np.int64)
-    rf = (pc.astype(np.int64) * org.ranks + rank_in_pc).astype(np.int64)
-
-    log_capacity = 0
-    if command_log:
-        expected_refreshes = 64 + int(requests.timestamp_cycles[-1] // max(1, cfg.timing.tREFI // 64))
-        log_capacity = 4 * n + org.n_pseudo_channels * org.ranks * expected_refreshes
     compile_start = time.perf_counter()
     warm_up()
     compile_s = time.perf_counter() - compile_start
-    gb = pc.astype(np.int64) * org.banks_per_pseudo_channel + bank
-    inputs = (requests.timestamp_cycles, pc, bank, row, requests.is_write, addr, gb, bgf, rf)
-    while True:
-        prm = kernel_params(cfg, log_capacity, tick_every_cycle)
-        sparse = sparse_timing_table(compile_timing_table(cfg.timing))
-        scal = np.zeros(K.N_SCALARS, dtype=np.int64)
-        outputs = _request_outputs(n)
-        state = _kernel_state(cfg, n)
-        log_arrays = _log_arrays(max(1, log_capacity))
-        start = time.perf_counter()
-        bar = _progress_bar(n) if progress else None
-        while scal[K.S_DONE] == 0:
-            before = int(scal[K.S_PTR])
-            K.run_kernel(min(n, before + chunk_requests), prm, sparse, scal, *inputs, *outputs, *state, *log_arrays)
-            if bar is not None:
-                bar.update(int(scal[K.S_PTR]) - before)
+    session = MemorySession(cfg, requests.address, requests.is_write, requests.source, command_log=command_log,
+                            tick_every_cycle=tick_every_cycle)
+    session.release(0, n, requests.timestamp_cycles)
+    bar = _progress_bar(n) if progress else None
+    while not session.finished:
+        before = int(session._scal[K.S_PTR])
+        session.run_until(int(K.INF), stop_after_requests=min(n, before + chunk_requests))
         if bar is not None:
-            bar.close()
-        wall_s = time.perf_counter() - start
-        if scal[K.S_LOGOVF] == 0:
-            break
-        log_capacity *= 2
-    accept, _ready, done, klass, conflict = outputs
-    cmd_count = state[-1]
-    log = None
-    if command_log:
-        k = int(scal[K.S_NLOG])
-        log = CommandLog(*(array[:k].copy() for array in log_arrays))
-    return ReplayResult(cfg, requests, pc, accept, done, klass, conflict, cmd_count, int(scal[K.S_LAST]), wall_s,
-                        compile_s, log)
+            bar.update(int(session._scal[K.S_PTR]) - before)
+        if not session.finished and int(session._scal[K.S_PTR]) == before and before == n:
+            raise RuntimeError("the memory kernel stopped making progress")
+    if bar is not None:
+        bar.close()
+    result = session.result(compile_s)
+    return ReplayResult(result.config, requests, result.pseudo_channel, result.accept_cycle, result.done_cycle,
+                        result.request_class, result.bank_conflict, result.command_counts, result.total_cycles,
+                        result.wall_s, compile_s, result.command_log)
 
 
 def _request_outputs(n: int) -> tuple[np.ndarray, ...]:

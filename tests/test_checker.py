@@ -244,15 +244,19 @@ REFRESH = ("none", "all_bank", "per_bank")
 
 
 @cache
-def _config(preset: str, scheduler: str, policy: str, refresh: str, queue_depth: int,
-            knob: int) -> MemoryConfig:
+def _config(preset: str, scheduler: str, policy: str, refresh: str, knobs: tuple[int, int, bool, bool, int] = (
+        32, 4, True, True, 0)) -> MemoryConfig:
+    """A preset with the mode under test; `knobs`: queue depth, row-policy cap / timeout scale, read
+    forwarding from the write queue, posted writes, injections per cycle (0 = unlimited)."""
+    depth, scale, forward, posted, injections = knobs
     policy_tree: dict[str, object] = {"impl": policy}
     if policy == "open_cap":
-        policy_tree["cap"] = knob
+        policy_tree["cap"] = scale
     elif policy == "timeout":
-        policy_tree["timeout_cycles"] = knob * 16
-    extra = {"controller": {"row_policy": policy_tree, "read_queue_depth": queue_depth,
-                            "write_queue_depth": queue_depth}}
+        policy_tree["timeout_cycles"] = scale * 16
+    extra = {"controller": {"row_policy": policy_tree, "read_queue_depth": depth, "write_queue_depth": depth,
+                            "forward_reads_from_writes": forward},
+             "frontend": {"posted_writes": posted, "max_injections_per_cycle": injections}}
     return memory_config_from_preset(preset, [f"memory.controller.scheduler={scheduler}",
                                               f"memory.controller.refresh={refresh}"], extra)
 
@@ -260,7 +264,7 @@ def _config(preset: str, scheduler: str, policy: str, refresh: str, queue_depth:
 @cache
 def _one_address_per_pseudo_channel(preset: str) -> np.ndarray:
     """A line in every pseudo-channel, so every controller is active (see test_idle_pseudo_channel...)."""
-    cfg = _config(preset, "frfcfs", "open", "none", 32, 4)
+    cfg = _config(preset, "frfcfs", "open", "none")
     lines = np.arange(0, 1 << 22, cfg.organization.access_bytes, dtype=np.uint64)
     flat = cfg.mapping.decode(lines).flat_pseudo_channel(cfg.organization)
     _, first = np.unique(flat, return_index=True)
@@ -276,7 +280,8 @@ def traces(draw: st.DrawFn) -> dict[str, object]:
                         st.sampled_from([0, 0, 1, 3, 20]), st.sampled_from([0, 0, 500, 40_000, 150_000]))
     return {"seed": draw(st.integers(0, 2**32 - 1)),
             "segments": draw(st.lists(segment, min_size=1, max_size=5)),
-            "queue_depth": draw(st.sampled_from([4, 8, 32])), "knob": draw(st.sampled_from([1, 2, 4, 16]))}
+            "knobs": (draw(st.sampled_from([1, 4, 32])), draw(st.sampled_from([1, 2, 4, 16])), draw(st.booleans()),
+                      draw(st.booleans()), draw(st.sampled_from([0, 0, 1, 4])))}
 
 
 def _build_trace(spec: dict[str, object], cfg: MemoryConfig,
@@ -318,10 +323,22 @@ def _build_trace(spec: dict[str, object], cfg: MemoryConfig,
 @given(spec=traces())
 def test_simulator_log_has_no_violations(preset: str, scheduler: str, policy: str, refresh: str,
                                          spec: dict[str, object]) -> None:
-    cfg = _config(preset, scheduler, policy, refresh, spec["queue_depth"], spec["knob"])
+    cfg = _config(preset, scheduler, policy, refresh, spec["knobs"])
     stamps, addrs, writes = _build_trace(spec, cfg, preset)
     result = replay(cfg, Requests.build(stamps, addrs, writes), command_log=True)
     checked = check_command_log(result.command_log, cfg.organization, cfg.timing, refresh_mode=refresh)
     note(f"{len(stamps)} requests, {checked.checked_commands} commands")
     assert checked.checked_commands > 0
+    assert checked.ok, checked.summary()
+
+
+@pytest.mark.parametrize("refresh", ["all_bank", "per_bank"])
+def test_idle_pseudo_channel_is_still_refreshed(refresh: str) -> None:
+    """JEDEC refresh is owed by every rank, busy or not: traffic to pseudo-channel 0 only, over 20 tREFI."""
+    cfg = _config("HBM2", "frfcfs", "open", refresh)
+    t_refi = cfg.timing.tREFI
+    stamps = np.arange(0, 20 * t_refi, t_refi // 2, dtype=np.int64)
+    addrs = np.full(stamps.size, _one_address_per_pseudo_channel("HBM2")[0])
+    result = replay(cfg, Requests.build(stamps, addrs, np.zeros(stamps.size, bool)), command_log=True)
+    checked = check_command_log(result.command_log, cfg.organization, cfg.timing, refresh_mode=refresh)
     assert checked.ok, checked.summary()

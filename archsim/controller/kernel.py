@@ -28,8 +28,8 @@ P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
 N_PARAMS = 27
 
 # Scalars carried between calls, in `scal`.
-S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE = range(11)
-N_SCALARS = 11
+S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE, S_TLIMIT = range(12)
+N_SCALARS = 12
 
 # Request classes.
 C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
@@ -275,6 +275,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
 
     t = scal[S_T]
     ptr = scal[S_PTR]
+    tlimit = scal[S_TLIMIT]
     n_visits = 0
     n_scanned = 0
     n_loops = 0
@@ -811,6 +812,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
             break
         if ptr >= stop_ptr and ptr < n_req:
             break
+        if logging and scal[S_NLOG] + 2 * nch + 2 > log_cycle.shape[0]:
+            scal[S_LOGOVF] = 1  # the caller grows the log and resumes at this very cycle
+            break
         # ---- next event: the earliest channel event or the next injection
         nt = INF
         for ch in range(nch):
@@ -831,6 +835,10 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     nt = v
         if nt <= t:
             nt = t + 1
+        if nt >= tlimit or nt >= INF:
+            # nothing before the caller's horizon (or ever, until more requests are released): hand back
+            t = tlimit if nt > tlimit else nt
+            break
         t = nt
 
     scal[S_VISITS] += n_visits
