@@ -53,7 +53,10 @@ def load_model(options: CaptureOptions) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # progress bars on stderr would garble the CLI's one-line output
+    # progress bars and load reports (e.g. the unused weights of layers cut by --layers) would bury the
+    # CLI's one-line output; errors still raise
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     if _is_checkpoint_path(options.model):
         directory = Path(options.model)
         config_file = directory / "config.json"

@@ -19,6 +19,7 @@ from archsim.capture.kv import TracingCache
 from archsim.capture.loader import LoadedModel, load_model, model_header
 from archsim.capture.options import CaptureOptions
 from archsim.capture.recorder import StepRecorder
+from archsim.errors import TraceError
 from archsim.models import dtype_bytes
 from archsim.trace.logical import PHASE_DECODE, PHASE_PREFILL, LogicalTraceWriter
 
@@ -109,6 +110,8 @@ def capture_trace(
 ) -> CaptureResult:
     """Run the scenario with recording hooks and write the logical trace to `out` (atomically)."""
     options.validate()
+    if not Path(out).parent.is_dir():  # fail before spending time on the model
+        raise TraceError("the output directory does not exist", file=str(out))
     tap = _tap(options.attention_backend)
     loaded = load_model(options)
     import transformers

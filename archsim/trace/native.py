@@ -84,7 +84,7 @@ def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address:
             "columns": {name: dtype for name, dtype in COLUMNS}, "metadata": header or {}}
     payload = dict(columns)
     payload["header"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
-    atomic_write_bytes(path, lambda handle: np.savez(handle, **payload), suffix=".npz")
+    atomic_write_bytes(path, lambda handle: np.savez_compressed(handle, **payload), suffix=".npz")
 
 
 def load_physical_trace(path: str | Path) -> PhysicalTrace:
