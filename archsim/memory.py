@@ -279,7 +279,7 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[np.ndarray, ...]:
     banks = (per(n_bank, -1), per(n_bank), per(n_bank), per(n_bank), per(n_bank), per(n_pc), per(n_pc),
              per(n_bank), per(n_bank), per(n_bank),
              np.full((n_bank, 2), -1, dtype=np.int64), np.full((n_bank, 2), -1, dtype=np.int64),
-             np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1))
+             np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1), np.zeros(n_pc, dtype=np.uint64))
     # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win, then the per-bank
     # request lists (head, tail, count per kind) and their links (next, previous per request)
     queues = (np.zeros((n_pc, c.read_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),

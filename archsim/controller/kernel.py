@@ -170,8 +170,10 @@ def _remove(queue, qlen, pc, i):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _link(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
+def _link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
     """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
+    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
+        amask[gb // bpp] |= np.uint64(1) << np.uint64(gb % bpp)
     tail = btail[gb, k]
     bprev[idx] = tail
     bnext[idx] = -1
@@ -184,7 +186,7 @@ def _link(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
+def _unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
     before = bprev[idx]
     after = bnext[idx]
     if before >= 0:
@@ -196,6 +198,32 @@ def _unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
     else:
         btail[gb, k] = before
     bcnt[gb, k] -= 1
+    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
+        amask[gb // bpp] &= ~(np.uint64(1) << np.uint64(gb % bpp))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _bit_index(low):
+    """Index of the single set bit of `low` (a uint64 power of two), by binary search."""
+    i = 0
+    if low & np.uint64(0xFFFFFFFF) == 0:
+        low >>= np.uint64(32)
+        i += 32
+    if low & np.uint64(0xFFFF) == 0:
+        low >>= np.uint64(16)
+        i += 16
+    if low & np.uint64(0xFF) == 0:
+        low >>= np.uint64(8)
+        i += 8
+    if low & np.uint64(0xF) == 0:
+        low >>= np.uint64(4)
+        i += 4
+    if low & np.uint64(0x3) == 0:
+        low >>= np.uint64(2)
+        i += 2
+    if low & np.uint64(0x1) == 0:
+        i += 1
+    return i
 
 
 @njit(cache=True, error_model="numpy")
@@ -212,7 +240,7 @@ def _count_row(gb, k, row, bhead, bnext, req_row):
 
 @njit(cache=True, error_model="numpy")
 def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
-              bhead, btail, bnext, bprev, bcnt):
+              bhead, btail, bnext, bprev, bcnt, amask, bpp):
     """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
@@ -222,7 +250,7 @@ def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum,
         if win[gb] < bqd:
             win[gb] += 1
             ready[idx] = t + 1
-            _link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt)
+            _link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt, amask, bpp)
             unmoved[pc] -= 1
             if open_row[gb] == req_row[idx]:
                 hits[gb] += 1
@@ -237,7 +265,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
-               bhead, btail, bcnt, bnext, bprev,
+               bhead, btail, bcnt, bnext, bprev, amask,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining,
                ref_due, ref_ptr, chan_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
@@ -332,7 +360,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 ready[idx] = INF
             else:
                 ready[idx] = t + delay
-                _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt)
+                _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
             if is_w:
                 wq[pc, wq_len[pc]] = idx
                 wq_len[pc] += 1
@@ -403,10 +431,10 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     moved = False
                     if use_w:
                         moved = _move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
-                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt)
+                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                     else:
                         moved = _move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
-                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt)
+                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
@@ -521,7 +549,13 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     # request (ACT or PRE); across banks the oldest ready of each kind
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
-                    for bb in range(bpp):
+                    pending = amask[pc] if bpp <= 64 else ~np.uint64(0)
+                    while pending != 0:
+                        lowest = pending & (~pending + np.uint64(1))
+                        pending ^= lowest
+                        bb = _bit_index(lowest)
+                        if bb >= bpp:
+                            break
                         gb = base + bb
                         cnt = 0
                         for k in range(k_lo, k_hi):
@@ -674,7 +708,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                _unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt)
+                _unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                 _apply(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 if col_w:

@@ -429,9 +429,14 @@ class TraceMapper:
 
         region = self._allocate(key, block_bytes, place, meta)
         keep = np.ones(len(key), dtype=bool)
-        if self.shared_blocks and shared.any():  # only the first writer of a shared prefix block writes it
-            for i in np.flatnonzero(shared & write).tolist():
-                keep[i] = self.block_owner.setdefault(int(key[i]), int(request[owner[i]])) == request[owner[i]]
+        shared_writes = np.flatnonzero(shared & write)
+        if len(shared_writes):  # only the first writer of a shared prefix block (in trace order) writes it
+            writer = request[owner[shared_writes]]
+            blocks, first, inverse = np.unique(key[shared_writes], return_index=True, return_inverse=True)
+            block_writer = writer[first]
+            for i, block_key in enumerate(blocks.tolist()):  # one entry per shared block, not per access
+                block_writer[i] = self.block_owner.setdefault(block_key, int(block_writer[i]))
+            keep[shared_writes] = writer == block_writer[inverse]
         return {
             "record": idx[owner][keep],
             "region": region[keep],
