@@ -126,7 +126,7 @@ def energy_by_action(counts: Mapping[str, float], table: EnergyTable) -> dict[st
 
 
 def energy_breakdown(counts: Mapping[str, float], table: EnergyTable) -> dict[str, float]:
-    """pJ per component (non-sum table entry), sums expanded; components in table order, zero ones omitted.
+    """pJ per component (non-sum table entry) the counts touch, sums expanded, in table order.
 
     An action the table lacks is a ConfigError naming `energy.actions.<action>`.
     """
@@ -135,7 +135,7 @@ def energy_breakdown(counts: Mapping[str, float], table: EnergyTable) -> dict[st
     for name, count in counts.items():
         for part, pj in table.entries[name].parts:
             acc[part] = acc.get(part, 0.0) + count * pj
-    return {name: acc[name] for name in table.entries if acc.get(name)}
+    return {name: acc[name] for name in table.entries if name in acc}
 
 
 def total_energy_pJ(counts: Mapping[str, float], table: EnergyTable) -> float:
@@ -189,9 +189,10 @@ def parse_energy_table(section: Section) -> EnergyTable:
             if value < 0:
                 raise sub.error(forms[0], f"must be >= 0, got {value}")
             if sub.has("scale"):
-                scale = sub.choice("scale", tuple(scales)) if scales else sub.str("scale")
+                scale = sub.str("scale")
                 if scale not in scales:
-                    raise sub.error("scale", f"unknown scale {scale!r} (no `scales:` defined)")
+                    known = ", ".join(scales) or "none defined under `scales:`"
+                    raise sub.error("scale", f"unknown scale {scale!r} (known: {known})")
                 value *= scales[scale].factor
         sub.done()
         raw[name] = (sub, per, source, note, value, parts)

@@ -118,7 +118,7 @@ class L2Result:
     end_cycle: int
 
     def count(self, stat: str, source: str | None = None, kind: str | None = None) -> int:
-        """A counter summed over every source and/or kind left unspecified (a typo is a KeyError-like error)."""
+        """A counter summed over every source and/or kind left unspecified (an unknown name is a ValueError)."""
         sel: list[Any] = [slice(None), slice(None), STATS.index(stat)]
         if source is not None:
             sel[0] = SOURCES.index(source)

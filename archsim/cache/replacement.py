@@ -76,9 +76,7 @@ def on_fill(policy: int, repl: np.ndarray, s: int, w: int, stamp: int, rrpv_max:
     """Set the inserted line's state. `fill_ordinal` counts fills from 0 (BRRIP's bimodal throttle)."""
     if policy == LRU:
         repl[s, w] = stamp
-    elif policy == SRRIP:
-        repl[s, w] = rrpv_max - 1
-    elif fill_ordinal % bimodal_interval == 0:
+    elif policy == SRRIP or fill_ordinal % bimodal_interval == 0:  # SRRIP always, BRRIP 1 in bimodal_interval
         repl[s, w] = rrpv_max - 1
     else:
         repl[s, w] = rrpv_max

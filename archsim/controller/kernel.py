@@ -379,15 +379,21 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     hsum_r[pc] += 1
             pend[gb] += 1
             queued += 1
-            # when must the channel look at this request? A read joining a busy read queue can act no earlier
-            # than its own bank allows; anything that may change which queue is served is looked at at once.
-            wake = t  # the served queue (drain watermarks) may change: look at once
-            if not bankq and not is_w and rq_len[pc] > 1 and not draining[pc]:
+            # when must the channel look at this request? One that may change which queue is served (drain
+            # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
+            if bankq or is_w or (rq_len[pc] == 1 and wq_len[pc] > 0):
+                wake = t
+            elif draining[pc]:
+                wake = t + delay
+            else:
                 wake = t + delay
                 if orow == row:
                     lb = nxt_bank[gb, RD]
                 elif orow < 0:
                     lb = nxt_bank[gb, ACT]
+                    v = _act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                    if v > lb:
+                        lb = v
                 elif hits_r[gb] > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
                     lb = INF  # waits behind this bank's row hits; their column commands wake the channel
                 else:

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from archsim.interconnect.topology import Hop, Link, Route, Topology
+from archsim.interconnect.topology import Hop, Route, Topology
 
 _REL_TOL = 1e-12  # float slack for "this resource is full" and "this flow has finished"
 
@@ -243,5 +243,4 @@ def simulate_flows(topology: Topology, flows: Sequence[Flow]) -> FlowSchedule:
     return FlowSchedule(results, tuple(usages), tuple(epochs), makespan)
 
 
-__all__ = ["Epoch", "Flow", "FlowResult", "FlowSchedule", "Link", "LinkUsage", "allocate", "max_min_rates",
-           "simulate_flows"]
+__all__ = ["Epoch", "Flow", "FlowResult", "FlowSchedule", "LinkUsage", "allocate", "max_min_rates", "simulate_flows"]

@@ -1,0 +1,216 @@
+"""The pnm port of one memory domain: a MemorySession shared by the PNM units whose requests meet there.
+
+Units release requests as their DMA engines push them (closed loop). A MemorySession needs requests
+released in index order with non-decreasing cycles, so a domain keeps each unit's released-but-
+uncommitted requests in a FIFO and *commits* them to the session in global time order, only up to a
+horizon H before which no unit can release anything any more (conservative parallel discrete-event
+simulation): `commit(H)` then `run_until(H)`. With several units in one session the order of session
+slots is only known when requests are committed, so their addresses are bound to slots at commit time
+(late binding, see `_bind`); a single-unit domain's slots are simply its program order.
+
+Lower bounds used for H (memory cycles, from the controller kernel's semantics): a read request whose
+column command has not issued completes no earlier than max(now, its release) + CL + tBURST, and the
+k-th of k such reads in one pseudo-channel no earlier than (k - 1) * min(tCCD_S, tBURST) later (one
+column command per tCCD_S, one burst on the pseudo-channel's data bus at a time); a posted write
+completes when accepted, no earlier than max(now, release).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from archsim.config.memory import MemoryConfig
+from archsim.memory import MemorySession, ReplayResult, Requests, warm_up
+
+PNM_SOURCE = 1  # index of "pnm" in archsim.config.memory.SOURCES
+_NEVER = 1 << 62
+
+
+@dataclass
+class _UnitQueue:
+    offset: int  # first index of this unit in the domain's source order
+    count: int
+    release: np.ndarray  # int64 memory cycle each request may be injected (-1: not yet pushed)
+    slot: np.ndarray  # int64 session slot of each request (-1: not committed)
+    committed: int = 0  # requests [0, committed) have slots
+    pushed: int = 0  # requests [0, pushed) have release cycles
+    chunks: list[tuple[int, int]] = field(default_factory=list)
+
+
+class MemoryDomain:
+    """Units `units` (with their physical request streams) sharing one MemorySession."""
+
+    def __init__(self, cfg: MemoryConfig, units: list[int], address: list[np.ndarray],
+                 is_write: list[np.ndarray]) -> None:
+        warm_up()
+        self.cfg = cfg
+        self.units = list(units)
+        counts = [int(a.size) for a in address]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        all_address = np.concatenate(address).astype(np.uint64) if counts else np.empty(0, np.uint64)
+        all_write = np.concatenate(is_write).astype(np.uint8) if counts else np.empty(0, np.uint8)
+        self.n = int(all_address.size)
+        self.session = MemorySession(cfg, all_address.copy(), all_write.copy(),
+                                     np.full(self.n, PNM_SOURCE, dtype=np.uint8))
+        self.late_bound = len(self.units) > 1
+        self._pc_source = self.session.pseudo_channel.copy()  # source order (the session's order until bound)
+        if self.late_bound:
+            self._bind_sources()
+        self.queues = {u: _UnitQueue(int(offsets[i]), counts[i], np.full(counts[i], -1, dtype=np.int64),
+                                     np.full(counts[i], -1, dtype=np.int64)) for i, u in enumerate(self.units)}
+        self._offset_of_unit = np.zeros(max(self.units, default=0) + 1, dtype=np.int64)
+        for u in self.units:
+            self._offset_of_unit[u] = self.queues[u].offset
+        self.next_slot = 0
+        t = cfg.timing
+        self.read_latency_cycles = t.CL + t.tBURST
+        self.read_spacing_cycles = min(t.tCCD_S, t.tBURST)
+        self.n_pseudo_channels = cfg.organization.n_pseudo_channels
+        self.iterations = 0
+
+    # ------------------------------------------------------------------ late binding
+    def _bind_sources(self) -> None:
+        """Keep the decoded source-order inputs; slots are overwritten from them at commit time.
+
+        This reaches into MemorySession's input arrays (archsim/memory.py): the kernel reads a request's
+        fields only once it is released, so unreleased slots may be filled late. See docs/pnm.md for the
+        API that would make this unnecessary.
+        """
+        inputs = self.session._inputs
+        if len(inputs) != 9 or any(a.shape[0] != self.n for a in inputs):
+            raise RuntimeError("MemorySession's input layout changed; update MemoryDomain._bind")
+        self._src_inputs = [np.array(a, copy=True) for a in inputs]
+        self._src_address = self.session.requests.address.copy()
+
+    def _bind(self, first: int, last: int, source_index: np.ndarray) -> None:
+        inputs = self.session._inputs
+        for j in range(1, len(inputs)):  # every field but the timestamp, which release() sets
+            inputs[j][first:last] = self._src_inputs[j][source_index]
+        self.session.requests.address[first:last] = self._src_address[source_index]
+
+    # ------------------------------------------------------------------ the units' side
+    @property
+    def now(self) -> int:
+        return self.session.now
+
+    def push(self, unit: int, first: int, last: int, release_cycles: np.ndarray) -> None:
+        """Requests [first, last) of `unit` may be injected from these (non-decreasing) memory cycles."""
+        q = self.queues[unit]
+        if first != q.pushed:
+            raise ValueError(f"unit {unit} pushes [{first}, {last}) after {q.pushed}")
+        if last > first:
+            q.release[first:last] = release_cycles
+            q.chunks.append((first, last))
+        q.pushed = last
+
+    def completion(self, unit: int, first: int, last: int) -> int | None:
+        """Memory cycle the last of requests [first, last) of `unit` completes, None while unknown."""
+        q = self.queues[unit]
+        if q.committed < last:
+            return None
+        done = self.session.done_cycle
+        d = done[q.offset + first:q.offset + last] if not self.late_bound else done[q.slot[first:last]]
+        if d.size == 0:
+            return 0
+        low = int(d.min())
+        return None if low < 0 else int(d.max())
+
+    def lower_bound(self, unit: int, first: int, last: int) -> int:
+        """A memory cycle before which requests [first, last) of `unit` cannot all have completed."""
+        q = self.queues[unit]
+        now = self.now
+        if last <= first:
+            return now
+        pending = np.ones(last - first, dtype=bool)
+        upto = min(q.committed, last)
+        if upto > first:
+            slots = (np.arange(q.offset + first, q.offset + upto) if not self.late_bound else q.slot[first:upto])
+            pending[:upto - first] = self.session.done_cycle[slots] < 0
+        if not pending.any():
+            return now
+        index = np.flatnonzero(pending) + first
+        base = max(now, int(q.release[index].min()))
+        writes = self.session.requests.is_write
+        src = index + q.offset
+        reads = (self._src_inputs[4][src] if self.late_bound else writes[src]) == 0
+        if not reads.any():
+            return base
+        per_pc = np.bincount(self._pc_source[src[reads]], minlength=self.n_pseudo_channels)
+        return base + (int(per_pc.max()) - 1) * self.read_spacing_cycles + self.read_latency_cycles
+
+    # ------------------------------------------------------------------ the memory's side
+    def commit(self, horizon: int) -> None:
+        """Release to the session, in time order, every pushed request with a release cycle < horizon."""
+        units, local, cycles = [], [], []
+        for u in self.units:
+            q = self.queues[u]
+            while q.chunks:
+                first, last = q.chunks[0]
+                first = max(first, q.committed)
+                rel = q.release[first:last]
+                take = int(np.searchsorted(rel, horizon, side="left"))
+                if take:
+                    units.append(np.full(take, u, dtype=np.int64))
+                    local.append(np.arange(first, first + take, dtype=np.int64))
+                    cycles.append(rel[:take])
+                    q.committed = first + take
+                if first + take < last:
+                    break
+                q.chunks.pop(0)
+        if not cycles:
+            return
+        unit_of, index, release = np.concatenate(units), np.concatenate(local), np.concatenate(cycles)
+        if len(units) > 1:
+            order = np.lexsort((index, unit_of, release))
+            unit_of, index, release = unit_of[order], index[order], release[order]
+        first = self.next_slot
+        last = first + index.size
+        if self.late_bound:
+            self._bind(first, last, self._offset_of_unit[unit_of] + index)
+            slots = np.arange(first, last, dtype=np.int64)
+            for u in np.unique(unit_of).tolist():
+                sel = unit_of == u
+                self.queues[u].slot[index[sel]] = slots[sel]
+        self.session.release(first, last, release)
+        self.next_slot = last
+
+    def run_until(self, horizon: int) -> None:
+        self.iterations += 1
+        self.session.run_until(horizon)
+
+    def finish(self) -> None:
+        """Commit everything and simulate until every request completed."""
+        self.commit(_NEVER)
+        if self.next_slot != self.n:
+            raise RuntimeError(f"{self.n - self.next_slot} requests were never pushed")
+        while not self.session.finished and self.n:
+            before = self.now
+            self.session.run_until(_NEVER)
+            if self.now == before and not self.session.finished:
+                raise RuntimeError("the memory stopped making progress")
+
+    def result(self) -> ReplayResult:
+        return self.session.result()
+
+    def committed_requests(self) -> Requests:
+        """The domain's requests in session (commit) order, stamped cycle 0: its open-loop stream."""
+        req = self.session.requests
+        return Requests.build(np.zeros(self.n, dtype=np.int64), req.address.copy(), req.is_write.copy(),
+                              req.source.copy())
+
+
+def merge_results(results: list[ReplayResult]) -> ReplayResult:
+    """One device-level ReplayResult from domains that share no channel (independent controllers)."""
+    if len(results) == 1:
+        return results[0]
+    cat = np.concatenate
+    req = Requests(cat([r.requests.timestamp_cycles for r in results]), cat([r.requests.address for r in results]),
+                   cat([r.requests.is_write for r in results]), cat([r.requests.source for r in results]))
+    return ReplayResult(results[0].config, req, cat([r.pseudo_channel for r in results]),
+                        cat([r.accept_cycle for r in results]), cat([r.done_cycle for r in results]),
+                        cat([r.request_class for r in results]), cat([r.bank_conflict for r in results]),
+                        np.sum([r.command_counts for r in results], axis=0),
+                        max(r.total_cycles for r in results), sum(r.wall_s for r in results),
+                        sum(r.compile_s for r in results), None)
