@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from archsim.config.memory import (
+    ARBITERS,
     REFRESH_MODES,
     ROW_POLICIES,
     SCHEDULERS,
@@ -67,6 +69,9 @@ class ReplayResult:
     wall_s: float
     compile_s: float
     command_log: CommandLog | None
+    # qos_counts[opener * 2 + closer]: row closures by port pair (0 host, 1 pnm); [4 + newcomer * 2 + opener]:
+    # requests that found their bank open on another row, by port pair
+    qos_counts: np.ndarray
 
 
 def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool = False) -> np.ndarray:
@@ -99,6 +104,16 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_LOGCAP] = log_capacity
     prm[K.P_BQD] = c.bank_queue_depth
     prm[K.P_TICK] = int(tick_every_cycle)
+    if c.arbiter == "priority":
+        prm[K.P_ARB] = K.ARB_PRIORITY_HOST if c.arbiter_favor == "host" else K.ARB_PRIORITY_PNM
+    else:
+        prm[K.P_ARB] = ARBITERS.get(c.arbiter)
+    prm[K.P_W0], prm[K.P_W1] = c.arbiter_weights
+    prm[K.P_RSRC] = SOURCES.index(c.reservation_source)
+    # tokens accrue per cycle: share x one column command per data-bus burst
+    prm[K.P_RRATE] = int(round(c.reservation_share * K.TOKEN / t.tBURST))
+    prm[K.P_RCAP] = c.reservation_burst * K.TOKEN
+    prm[K.P_AGECAP] = c.age_cap_cycles
     return prm
 
 
@@ -151,12 +166,13 @@ class MemorySession:
         bank_global = self.pseudo_channel.astype(np.int64) * org.banks_per_pseudo_channel + bank
         self._inputs = (self.requests.timestamp_cycles, self.pseudo_channel, bank, dec.row.astype(np.int32),
                         self.requests.is_write, self.requests.address.astype(np.int64), bank_global, bankgroup,
-                        rank)
+                        rank, self.requests.source, *_port_order(self.requests.source))
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._sparse = sparse_timing_table(compile_timing_table(cfg.timing))
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._outputs = _request_outputs(n)
-        self._state = _kernel_state(cfg, n)
+        self._state, self._named = _kernel_state(cfg, n)
+        self._named["port_ptr"][:] = self._inputs[-1][:2]  # each port starts at its first request
         self._log = _log_arrays(4 * n + 1024 if command_log else 1)
         self.command_log_enabled = command_log
         self.released = 0
@@ -216,7 +232,8 @@ class MemorySession:
     def result(self, compile_s: float = 0.0) -> ReplayResult:
         accept, _ready, done, klass, conflict = self._outputs
         return ReplayResult(self.cfg, self.requests, self.pseudo_channel, accept, done, klass, conflict,
-                            self._state[-1], int(self._scal[K.S_LAST]), self.wall_s, compile_s, self.command_log())
+                            self._named["cmd_count"], int(self._scal[K.S_LAST]), self.wall_s, compile_s,
+                            self.command_log(), self._named["qos_counts"])
 
 
 def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, progress: bool = False,
@@ -250,10 +267,13 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
             raise RuntimeError("the memory kernel stopped making progress")
     if bar is not None:
         bar.close()
-    result = session.result(compile_s)
-    return ReplayResult(result.config, requests, result.pseudo_channel, result.accept_cycle, result.done_cycle,
-                        result.request_class, result.bank_conflict, result.command_counts, result.total_cycles,
-                        result.wall_s, compile_s, result.command_log)
+    return dataclasses.replace(session.result(compile_s), requests=requests)
+
+def _port_order(source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Request indices grouped by port (host first, then pnm), each in trace order, and the group bounds."""
+    order = np.argsort(source, kind="stable").astype(np.int64)
+    counts = np.bincount(source, minlength=len(SOURCES))
+    return order, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
 def _request_outputs(n: int) -> tuple[np.ndarray, ...]:
@@ -262,8 +282,9 @@ def _request_outputs(n: int) -> tuple[np.ndarray, ...]:
             np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.uint8))
 
 
-def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[np.ndarray, ...]:
-    """Bank, queue and refresh state in the kernel's argument order; the last array counts commands."""
+def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray]]:
+    """Bank, queue, refresh and port-arbitration state in the kernel's argument order, plus the arrays the
+    caller reads back by name."""
     org, c = cfg.organization, cfg.controller
     n_pc = org.n_pseudo_channels
     n_bank = org.n_banks
@@ -282,11 +303,18 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[np.ndarray, ...]:
              np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1), np.zeros(n_pc, dtype=np.uint64))
     # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win, then the per-bank
     # request lists (head, tail, count per kind) and their links (next, previous per request)
-    queues = (np.zeros((n_pc, c.read_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),
-              np.zeros((n_pc, c.write_queue_depth + window), dtype=np.int64), per(n_pc), per(n_pc),
-              np.zeros(n_pc, dtype=np.bool_))
-    refresh = (_initial_refresh_due(cfg), per(n_rank), per(org.n_channels, int(K.INF)), per(K.NCMD))
-    return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh)
+    # each port has its own share of the queues (its own request buffer): room for both, per kind
+    queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
+              np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
+              np.zeros(n_pc, dtype=np.bool_), per(2), np.zeros((n_pc, 4), dtype=np.int64))
+    qos_counts = per(8)
+    cmd_count = per(K.NCMD)
+    # served per port, reservation tokens and their update time per pseudo-channel, the port that opened each row
+    qos = (np.zeros((n_pc, 2), dtype=np.int64), per(n_pc), per(n_pc), per(n_bank), qos_counts)
+    refresh = (_initial_refresh_due(cfg), per(n_rank), *qos, per(org.n_channels, int(K.INF)), cmd_count)
+    return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
+                                                                         "cmd_count": cmd_count,
+                                                                         "port_ptr": queues[7]}
 
 
 def _log_arrays(capacity: int) -> tuple[np.ndarray, ...]:

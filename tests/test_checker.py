@@ -244,21 +244,20 @@ REFRESH = ("none", "all_bank", "per_bank")
 
 
 @cache
-def _config(preset: str, scheduler: str, policy: str, refresh: str, knobs: tuple[int, int, bool, bool, int] = (
-        32, 4, True, True, 0)) -> MemoryConfig:
-    """A preset with the mode under test; `knobs`: queue depth, row-policy cap / timeout scale, read
-    forwarding from the write queue, posted writes, injections per cycle (0 = unlimited)."""
-    depth, scale, forward, posted, injections = knobs
+def _config(preset: str, scheduler: str, policy: str, refresh: str,
+            knobs: tuple[int, int, bool, bool, int] = (32, 4, False, True, 0)) -> MemoryConfig:
+    """A preset with the modes under test; `knobs`: queue depth, row-policy cap (timeout in 16-cycle
+    units), staggered refresh, posted writes, front-end injections per cycle (0 = unlimited)."""
+    depth, scale, stagger, posted, injections = knobs
     policy_tree: dict[str, object] = {"impl": policy}
     if policy == "open_cap":
         policy_tree["cap"] = scale
     elif policy == "timeout":
         policy_tree["timeout_cycles"] = scale * 16
-    extra = {"controller": {"row_policy": policy_tree, "read_queue_depth": depth, "write_queue_depth": depth,
-                            "forward_reads_from_writes": forward},
-             "frontend": {"posted_writes": posted, "max_injections_per_cycle": injections}}
-    return memory_config_from_preset(preset, [f"memory.controller.scheduler={scheduler}",
-                                              f"memory.controller.refresh={refresh}"], extra)
+    controller = {"scheduler": scheduler, "row_policy": policy_tree, "read_queue_depth": depth,
+                  "write_queue_depth": depth, "refresh": {"impl": refresh, "stagger": stagger}}
+    return memory_config_from_preset(preset, extra={"controller": controller, "frontend": {
+        "posted_writes": posted, "max_injections_per_cycle": injections}})
 
 
 @cache
@@ -319,7 +318,7 @@ def _build_trace(spec: dict[str, object], cfg: MemoryConfig,
 @pytest.mark.parametrize("policy", ROW_POLICIES)
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("preset", PRESETS)
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=traces())
 def test_simulator_log_has_no_violations(preset: str, scheduler: str, policy: str, refresh: str,
                                          spec: dict[str, object]) -> None:

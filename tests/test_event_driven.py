@@ -18,6 +18,9 @@ VARIANTS = (
     ("memory.controller.refresh=per_bank",),
     ("memory.controller.bank_queue_depth=4",),
     ("memory.frontend.max_injections_per_cycle=1", "memory.frontend.posted_writes=false"),
+    ("memory.controller.arbiter={impl: priority, favor: pnm}",),
+    ("memory.controller.arbiter={impl: wrr, weights: {host: 1, pnm: 3}}", "memory.controller.age_cap_cycles=400"),
+    ("memory.controller.arbiter={impl: reservation, source: host, share: 0.3}",),
 )
 
 
@@ -30,7 +33,8 @@ def _mixed_stream(cfg, n=2500, seed=11):
                        rng.integers(0, org.capacity_bytes // ab, n) * ab).astype(np.uint64)
     # bursts and lulls, so both saturated queues and idle gaps (refresh, timeouts) occur
     gaps = np.where(rng.random(n) < 0.9, 0, rng.integers(1, 400, n))
-    return Requests.build(np.cumsum(gaps), address, (rng.random(n) < 0.3).astype(np.uint8))
+    source = (rng.random(n) < 0.5).astype(np.uint8)  # host and PNM ports interleaved
+    return Requests.build(np.cumsum(gaps), address, (rng.random(n) < 0.3).astype(np.uint8), source)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -44,7 +44,10 @@ REFRESH_MODES.add("all_bank", 1)
 REFRESH_MODES.add("per_bank", 2)
 
 ARBITERS: Registry[int] = Registry("port arbiter")
-ARBITERS.add("shared", 0)
+ARBITERS.add("shared", 0)  # one FR-FCFS order for both ports
+ARBITERS.add("priority", 1)  # `favor`'s requests first (host or pnm)
+ARBITERS.add("wrr", 3)  # weighted round-robin of column commands between the ports
+ARBITERS.add("reservation", 4)  # token bucket guaranteeing `source` a `share` of column commands
 
 SOURCES: tuple[str, ...] = ("host", "pnm")
 
@@ -61,6 +64,12 @@ class ControllerConfig:
     write_low_watermark: int
     refresh: str
     arbiter: str
+    arbiter_favor: str  # priority: the favoured port
+    arbiter_weights: tuple[int, int]  # wrr: (host, pnm) column commands per round
+    reservation_source: str  # reservation: the port with a guaranteed share
+    reservation_share: float  # reservation: fraction of each pseudo-channel's column-command slots, 0-1
+    reservation_burst: int  # reservation: column commands the bucket may bank
+    age_cap_cycles: int  # any arbiter: a request waiting this long goes first (0 = off)
     refresh_stagger: bool  # spread ranks' refresh deadlines over tREFI (False: all ranks refresh together)
     frontend_delay_cycles: int
     write_queue_forwarding: bool  # reads of a queued write's address are served from it; repeated writes merge
@@ -114,14 +123,28 @@ def parse_controller(section: Section) -> ControllerConfig:
     refresh, refresh_section = _impl_section(section, "refresh", REFRESH_MODES, "all_bank")
     stagger = refresh_section.bool("stagger", False)
     refresh_section.done()
-    arbiter, arbiter_section = _impl_section(section, "arbiter", ARBITERS, "shared")
-    arbiter_section.done()
+    arbiter, arb = _impl_section(section, "arbiter", ARBITERS, "shared")
+    favor = arb.choice("favor", SOURCES, "host") if arbiter == "priority" else "host"
+    weights = (1, 1)
+    if arbiter == "wrr":
+        w = arb.sub("weights")
+        weights = (w.int("host", minimum=1), w.int("pnm", minimum=1))
+        w.done()
+    source, share, burst = "pnm", 0.0, 4
+    if arbiter == "reservation":
+        source = arb.choice("source", SOURCES)
+        share = arb.float("share")
+        if not 0.0 < share <= 1.0:
+            raise arb.error("share", f"a reservation must be a share in (0, 1] (0-100 %), got {share:g}")
+        burst = arb.int("burst", 4, minimum=1)
+    arb.done()
+    age_cap = section.int("age_cap_cycles", 0, minimum=0)
     delay = section.int("frontend_delay_cycles", 1, minimum=1)
     forward = section.bool("write_queue_forwarding", True)
     bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0)
     section.done()
-    return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, refresh, arbiter, stagger, delay,
-                            forward, bank_queue_depth)
+    return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, refresh, arbiter, favor, weights,
+                            source, share, burst, age_cap, stagger, delay, forward, bank_queue_depth)
 
 
 def parse_frontend(section: Section) -> FrontendConfig:

@@ -25,7 +25,8 @@ NEG = -(np.int64(1) << np.int64(40))
 P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_TIMEOUT = range(11)
 P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
 P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
-N_PARAMS = 27
+P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP = range(27, 34)
+N_PARAMS = 34
 
 # Scalars carried between calls, in `scal`.
 S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE, S_TLIMIT = range(12)
@@ -35,6 +36,11 @@ N_SCALARS = 12
 C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
 
 POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
+
+# Host/PNM arbitration between the two request ports.
+ARB_SHARED, ARB_PRIORITY_HOST, ARB_PRIORITY_PNM, ARB_WRR, ARB_RESERVE = 0, 1, 2, 3, 4
+TOKEN = 1_000_000  # one column command's worth of reservation tokens
+AGE_BITS = 40  # request index bits of a priority key: key = class << AGE_BITS | index
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -238,6 +244,18 @@ def _count_row(gb, k, row, bhead, bnext, req_row):
     return h
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _key(idx, t, req_src, accept, favored, agecap):
+    """Priority key, smaller first: requests past the age cap, then the favoured port, then the rest; oldest
+    first within a class. With the shared arbiter and no age cap this is the request index (pure age)."""
+    cls = 2
+    if agecap > 0 and t - accept[idx] >= agecap:
+        cls = 0
+    elif favored >= 0 and req_src[idx] == favored:
+        cls = 1
+    return (np.int64(cls) << AGE_BITS) | idx
+
+
 @njit(cache=True, error_model="numpy")
 def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
               bhead, btail, bnext, bprev, bcnt, amask, bpp):
@@ -261,13 +279,14 @@ def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum,
 
 @njit(cache=True, error_model="numpy")
 def run_kernel(stop_ptr, prm, sparse, scal,
-               req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf,
+               req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf, req_src,
+               port_idx, port_end,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
                bhead, btail, bcnt, bnext, bprev, amask,
-               rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining,
-               ref_due, ref_ptr, chan_next, cmd_count,
+               rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
+               ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
     n_req = req_ts.shape[0]
     nch = prm[P_NCH]
@@ -298,12 +317,22 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     trefipb = prm[P_REFIPB]
     logging = prm[P_LOGCAP] > 0
     bqd = prm[P_BQD]
-    tick = prm[P_TICK] != 0  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
+    tick = prm[P_TICK] != 0
+    arb = prm[P_ARB]
+    w0 = prm[P_W0]
+    w1 = prm[P_W1]
+    rsrc = prm[P_RSRC]
+    rrate = prm[P_RRATE]
+    rcap = prm[P_RCAP]
+    agecap = prm[P_AGECAP]
+    ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
     bankq = bqd > 0
 
     t = scal[S_T]
     ptr = scal[S_PTR]
     tlimit = scal[S_TLIMIT]
+    port_injected = np.zeros(2, dtype=np.int64)
+    port_blocked = np.zeros(2, dtype=np.bool_)
     n_visits = 0
     n_scanned = 0
     n_loops = 0
@@ -312,97 +341,102 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     last = scal[S_LAST]
 
     while True:
-        # ---- injection in trace order, head-of-line blocking on a full queue
-        injected = 0
-        blocked = False
-        while ptr < n_req and ptr < stop_ptr:
-            if req_ts[ptr] > t:
-                break
-            if injcap > 0 and injected >= injcap:
-                break
-            idx = ptr
-            pc = req_pc[idx]
-            is_w = req_write[idx] != 0
-            if is_w:
-                full = (wq_unmoved[pc] if bankq else wq_len[pc]) >= wqd
-            else:
-                full = (rq_unmoved[pc] if bankq else rq_len[pc]) >= rqd
-            if full:
-                blocked = True
-                break
-            accept[idx] = t
-            if t > last:
-                last = t
-            ptr += 1
-            injected += 1
-            b = req_bank[idx]
-            gb = pc * bpp + b
-            row = req_row[idx]
-            orow = open_row[gb]
-            if (orow >= 0 and orow != row) or (pend[gb] > 0 and orow != row) or busy_until[gb] > t:
-                bank_conflict[idx] = 1
-            if forward:
-                # a read of a queued write's address is served from the write queue; a second write to a
-                # queued address merges into it
-                a = req_addr[idx]
-                hit = False
-                for j in range(wq_len[pc]):
-                    if req_addr[wq[pc, j]] == a:
-                        hit = True
-                        break
-                if hit:
-                    done[idx] = t + 1
-                    klass[idx] = C_FORWARD
-                    if t + 1 > last:
-                        last = t + 1
-                    continue
-            if bankq:
-                ready[idx] = INF
-            else:
-                ready[idx] = t + delay
-                _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
-            if is_w:
-                wq[pc, wq_len[pc]] = idx
-                wq_len[pc] += 1
-                wq_unmoved[pc] += 1
-                if orow == row and not bankq:
-                    hits_w[gb] += 1
-                    hsum_w[pc] += 1
-                if posted:
-                    done[idx] = t
-            else:
-                rq[pc, rq_len[pc]] = idx
-                rq_len[pc] += 1
-                rq_unmoved[pc] += 1
-                if orow == row and not bankq:
-                    hits_r[gb] += 1
-                    hsum_r[pc] += 1
-            pend[gb] += 1
-            queued += 1
-            # when must the channel look at this request? One that may change which queue is served (drain
-            # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
-            if bankq or is_w or (rq_len[pc] == 1 and wq_len[pc] > 0):
-                wake = t
-            elif draining[pc]:
-                wake = t + delay
-            else:
-                wake = t + delay
-                if orow == row:
-                    lb = nxt_bank[gb, RD]
-                elif orow < 0:
-                    lb = nxt_bank[gb, ACT]
-                    v = _act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
-                    if v > lb:
-                        lb = v
-                elif hits_r[gb] > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
-                    lb = INF  # waits behind this bank's row hits; their column commands wake the channel
+        # ---- injection: each port (host, pnm) in its own trace order, head-of-line blocking on a full queue
+        for port in range(2):
+            port_injected[port] = 0
+            port_blocked[port] = False
+            while port_ptr[port] < port_end[port + 1] and ptr < stop_ptr:
+                idx = port_idx[port_ptr[port]]
+                if req_ts[idx] > t:
+                    break
+                if injcap > 0 and port_injected[port] >= injcap:
+                    break
+                pc = req_pc[idx]
+                is_w = req_write[idx] != 0
+                if bankq:
+                    full = (wq_unmoved[pc] if is_w else rq_unmoved[pc]) >= (wqd if is_w else rqd)
                 else:
-                    lb = nxt_bank[gb, PRE]
-                if lb > wake:
-                    wake = lb
-            ch = pc // pcs
-            if chan_next[ch] > wake:
-                chan_next[ch] = wake
+                    full = port_q[pc, (2 if is_w else 0) + port] >= (wqd if is_w else rqd)
+                if full:
+                    port_blocked[port] = True
+                    break
+                port_ptr[port] += 1
+                port_injected[port] += 1
+                accept[idx] = t
+                if t > last:
+                    last = t
+                ptr += 1
+                b = req_bank[idx]
+                gb = pc * bpp + b
+                row = req_row[idx]
+                orow = open_row[gb]
+                if (orow >= 0 and orow != row) or (pend[gb] > 0 and orow != row) or busy_until[gb] > t:
+                    bank_conflict[idx] = 1
+                    if orow >= 0 and orow != row:
+                        qos_counts[4 + req_src[idx] * 2 + opener[gb]] += 1
+                if forward:
+                    # a read of a queued write's address is served from the write queue; a second write to a
+                    # queued address merges into it
+                    a = req_addr[idx]
+                    hit = False
+                    for j in range(wq_len[pc]):
+                        if req_addr[wq[pc, j]] == a:
+                            hit = True
+                            break
+                    if hit:
+                        done[idx] = t + 1
+                        klass[idx] = C_FORWARD
+                        if t + 1 > last:
+                            last = t + 1
+                        continue
+                if bankq:
+                    ready[idx] = INF
+                else:
+                    ready[idx] = t + delay
+                    _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                port_q[pc, (2 if is_w else 0) + port] += 1
+                if is_w:
+                    wq[pc, wq_len[pc]] = idx
+                    wq_len[pc] += 1
+                    wq_unmoved[pc] += 1
+                    if orow == row and not bankq:
+                        hits_w[gb] += 1
+                        hsum_w[pc] += 1
+                    if posted:
+                        done[idx] = t
+                else:
+                    rq[pc, rq_len[pc]] = idx
+                    rq_len[pc] += 1
+                    rq_unmoved[pc] += 1
+                    if orow == row and not bankq:
+                        hits_r[gb] += 1
+                        hsum_r[pc] += 1
+                pend[gb] += 1
+                queued += 1
+                # when must the channel look at this request? One that may change which queue is served (drain
+                # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
+                if bankq or is_w or (rq_len[pc] == 1 and wq_len[pc] > 0):
+                    wake = t
+                elif draining[pc]:
+                    wake = t + delay
+                else:
+                    wake = t + delay
+                    if orow == row:
+                        lb = nxt_bank[gb, RD]
+                    elif orow < 0:
+                        lb = nxt_bank[gb, ACT]
+                        v = _act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                        if v > lb:
+                            lb = v
+                    elif hits_r[gb] > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                        lb = INF  # waits behind this bank's row hits; their column commands wake the channel
+                    else:
+                        lb = nxt_bank[gb, PRE]
+                    if lb > wake:
+                        wake = lb
+                ch = pc // pcs
+                if chan_next[ch] > wake:
+                    chan_next[ch] = wake
 
         # ---- channels due at t
         n_loops += 1
@@ -433,6 +467,19 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 elif wq_len[pc] >= high:
                     draining[pc] = True
                 use_w = draining[pc] or (rq_len[pc] == 0 and wq_len[pc] > 0)
+                favored = -1
+                if arb == ARB_PRIORITY_HOST:
+                    favored = 0
+                elif arb == ARB_PRIORITY_PNM:
+                    favored = 1
+                elif arb == ARB_WRR:
+                    favored = 0 if served[pc, 0] * w1 <= served[pc, 1] * w0 else 1
+                elif arb == ARB_RESERVE:
+                    v = tokens[pc] + (t - token_t[pc]) * rrate
+                    tokens[pc] = v if v < rcap else rcap
+                    token_t[pc] = t
+                    if tokens[pc] >= TOKEN:
+                        favored = rsrc
                 if bankq:
                     moved = False
                     if use_w:
@@ -485,6 +532,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 # candidate of a kind (data bus, tRRD/tFAW) skip work that cannot issue at t.
                 best_col = -1
                 best_row = -1
+                best_col_key = INF
+                best_row_key = INF
                 bc_cmd = -1
                 br_cmd = -1
                 bc_w = False
@@ -545,10 +594,12 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                         nt = e
                                 elif cmd in (RD, WR):
                                     best_col = idx
+                                    best_col_key = idx
                                     bc_cmd = cmd
                                     bc_w = is_w_req
                                 else:
                                     best_row = idx
+                                    best_row_key = idx
                                     br_cmd = cmd
                 elif want_col or want_row:
                     # FR-FCFS over banks: per bank the oldest row hit (column command) and the oldest other
@@ -577,13 +628,19 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             h = hits_r[gb]
                         if orow >= 0 and h > 0 and want_col:
                             idx = -1
+                            kidx = INF
                             for k in range(k_lo, k_hi):
                                 j = bhead[gb, k]
-                                while j >= 0 and req_row[j] != orow:
+                                while j >= 0:
+                                    if req_row[j] == orow:
+                                        kj = _key(j, t, req_src, accept, favored, agecap)
+                                        if kj < kidx:
+                                            kidx = kj
+                                            idx = j
+                                        if not ordered:
+                                            break
                                     j = bnext[j]
-                                if j >= 0 and (idx < 0 or j < idx):
-                                    idx = j
-                            if idx >= 0 and (best_col < 0 or idx < best_col):
+                            if idx >= 0 and (best_col < 0 or kidx < best_col_key):
                                 if ready[idx] > t:
                                     if ready[idx] < nt:
                                         nt = ready[idx]
@@ -597,6 +654,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                                   nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                                     if e <= t:
                                         best_col = idx
+                                        best_col_key = kidx
                                         bc_cmd = cmd
                                         bc_w = is_w_req
                                     elif e < nt:
@@ -605,14 +663,20 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             continue
                         if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
                             continue  # the open row's hits go first; their column commands wake the channel
-                        # the oldest request of this bank that does not hit the open row
+                        # the first (oldest, or highest-priority) request of this bank not hitting the open row
                         idx = -1
+                        kidx = INF
                         for k in range(k_lo, k_hi):
                             j = bhead[gb, k]
-                            while j >= 0 and req_row[j] == orow:
+                            while j >= 0:
+                                if req_row[j] != orow:
+                                    kj = _key(j, t, req_src, accept, favored, agecap)
+                                    if kj < kidx:
+                                        kidx = kj
+                                        idx = j
+                                    if not ordered:
+                                        break
                                 j = bnext[j]
-                            if j >= 0 and (idx < 0 or j < idx):
-                                idx = j
                         if idx < 0:
                             continue
                         if ready[idx] > t:
@@ -635,10 +699,11 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                                       faw, faw_pos, tfaw)
                         if e <= t:
-                            if best_row < 0 or idx < best_row:
+                            if best_row < 0 or kidx < best_row_key:
                                 if best_row >= 0:
                                     nt = t + 1
                                 best_row = idx
+                                best_row_key = kidx
                                 br_cmd = cmd
                             else:
                                 nt = t + 1
@@ -665,21 +730,21 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             nt = e
                 # ---- this pseudo-channel's candidates onto the channel's two buses (oldest wins)
                 if best_col >= 0:
-                    if best_col < col_age:
+                    if best_col_key < col_age:
                         if col_pc >= 0:
                             nt = t + 1
                         col_pc = pc
                         col_i = best_col
                         col_cmd = bc_cmd
                         col_w = bc_w
-                        col_age = best_col
+                        col_age = best_col_key
                     else:
                         nt = t + 1
                 if best_row >= 0 or timeout_bank >= 0:
                     if row_is_ref:
                         nt = t + 1
                     else:
-                        age = best_row if best_row >= 0 else INF - 1
+                        age = best_row_key if best_row >= 0 else INF - 1
                         if age < row_age:
                             if row_pc >= 0:
                                 nt = t + 1
@@ -738,6 +803,11 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     last = end
                 if klass[idx] < 0:
                     klass[idx] = C_HIT
+                src = req_src[idx]
+                served[pc, src] += 1
+                port_q[pc, (2 if col_w else 0) + src] -= 1
+                if arb == ARB_RESERVE and src == rsrc and tokens[pc] >= TOKEN:
+                    tokens[pc] -= TOKEN
                 pend[gb] -= 1
                 col_count[gb] += 1
                 last_col[gb] = t
@@ -786,6 +856,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     idx = row_req
                     row = req_row[idx]
                     open_row[gb] = row
+                    opener[gb] = req_src[idx]
                     col_count[gb] = 0
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
@@ -804,8 +875,11 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     row = open_row[gb]
                     open_row[gb] = -1
                     _set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
-                    if row_req >= 0 and klass[row_req] < 0:
-                        klass[row_req] = C_CONFLICT
+                    if row_req >= 0:
+                        if klass[row_req] < 0:
+                            klass[row_req] = C_CONFLICT
+                        # row-buffer interference: whose row was closed, for whom
+                        qos_counts[opener[gb] * 2 + req_src[row_req]] += 1
                     v = nxt_bank[gb, ACT]
                     if v < nt:
                         nt = v
@@ -860,15 +934,17 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         for ch in range(nch):
             if chan_next[ch] < nt:
                 nt = chan_next[ch]
-        if ptr < n_req:
-            if blocked:
-                if freed and t + 1 < nt or bankq and t + 1 < nt:
-                    nt = t + 1
-            elif injcap > 0 and injected >= injcap and req_ts[ptr] <= t:
+        for port in range(2):
+            if port_ptr[port] >= port_end[port + 1]:
+                continue
+            if port_blocked[port]:
+                if (freed or bankq) and t + 1 < nt:
+                    nt = t + 1  # a slot may have freed (or a request may move into a bank queue)
+            elif injcap > 0 and port_injected[port] >= injcap and req_ts[port_idx[port_ptr[port]]] <= t:
                 if t + 1 < nt:
                     nt = t + 1
             else:
-                v = req_ts[ptr]
+                v = req_ts[port_idx[port_ptr[port]]]
                 if v < t + 1:
                     v = t + 1
                 if v < nt:

@@ -33,6 +33,7 @@ class UnitRequests:
     address: np.ndarray  # uint64 physical byte address (access-aligned)
     is_write: np.ndarray  # uint8
     first: np.ndarray  # int64 [instructions + 1]: requests of instruction i are [first[i], first[i+1])
+    domain: np.ndarray  # int64: memory domain (controller group) serving each request
 
     def __len__(self) -> int:
         return int(self.address.size)
@@ -85,12 +86,13 @@ def unit_requests(works: tuple[UnitWork, ...], layout: DeviceLayout, mapping: Ad
     out: list[UnitRequests] = []
     for w, (instr, local, is_write, which) in zip(works, split, strict=True):
         if layout.address_space == "channel_local":
-            owner = _owners(w, works)[which]  # unit u owns channel group u
+            owner = _owners(w, works)[which]  # unit u owns channel group u, served by its own controllers
             physical = channel_local_to_physical(mapping, local, owner, layout.channels_per_unit)
         else:
+            owner = np.zeros(local.size, dtype=np.int64)  # one domain: the whole device
             physical = local
         first = np.searchsorted(instr, np.arange(len(w.trace) + 1), side="left").astype(np.int64)
-        out.append(UnitRequests(instr.astype(np.int64), physical, is_write, first))
+        out.append(UnitRequests(instr.astype(np.int64), physical, is_write, first, owner.astype(np.int64)))
     return out
 
 

@@ -17,6 +17,7 @@ completes when accepted, no earlier than max(now, release).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,21 +75,41 @@ class MemoryDomain:
     def _bind_sources(self) -> None:
         """Keep the decoded source-order inputs; slots are overwritten from them at commit time.
 
-        This reaches into MemorySession's input arrays (archsim/memory.py): the kernel reads a request's
-        fields only once it is released, so unreleased slots may be filled late. See docs/pnm.md for the
-        API that would make this unnecessary.
+        This reaches into MemorySession's per-request arrays (archsim/memory.py): the kernel reads a
+        request's fields only once it is released, so unreleased slots may be filled late. Arrays are
+        recognised by value as attributes of the source-order requests (address, decoded fields) and
+        rebound; an index array equal to arange(n) (per-port order: every request here is on the pnm
+        port) stays valid under any slot assignment; anything else is an unknown layout and an error.
+        docs/pnm.md names the API that would make this unnecessary.
         """
-        inputs = self.session._inputs
-        if len(inputs) != 9 or any(a.shape[0] != self.n for a in inputs):
-            raise RuntimeError("MemorySession's input layout changed; update MemoryDomain._bind")
-        self._src_inputs = [np.array(a, copy=True) for a in inputs]
-        self._src_address = self.session.requests.address.copy()
+        session = self.session
+        req = session.requests
+        arrays: list[np.ndarray] = [req.address, req.is_write, req.source, session.pseudo_channel]
+        identity = np.arange(self.n)
+        for a in session._inputs:
+            if a is req.timestamp_cycles or any(a is b for b in arrays):
+                continue
+            if a.shape[:1] != (self.n,):
+                continue  # per-port bounds and other small arrays do not depend on the slot order
+            if np.array_equal(a, identity) and not np.array_equal(a, req.address):
+                continue
+            if not self._is_request_attribute(a):
+                raise RuntimeError("MemorySession's input layout changed; update MemoryDomain._bind_sources")
+            arrays.append(a)
+        self._bound = arrays
+        self._src_inputs = [np.array(a, copy=True) for a in arrays]
+        self._src_is_write = req.is_write.copy()
+
+    def _is_request_attribute(self, a: np.ndarray) -> bool:
+        """Whether `a` is a function of each request's own address (so slots may be permuted)."""
+        address = self.session.requests.address
+        order = np.argsort(address, kind="stable")
+        same = address[order][1:] == address[order][:-1]
+        return bool(np.all(a[order][1:][same] == a[order][:-1][same])) and a.dtype.kind in "iu"
 
     def _bind(self, first: int, last: int, source_index: np.ndarray) -> None:
-        inputs = self.session._inputs
-        for j in range(1, len(inputs)):  # every field but the timestamp, which release() sets
-            inputs[j][first:last] = self._src_inputs[j][source_index]
-        self.session.requests.address[first:last] = self._src_address[source_index]
+        for target, source in zip(self._bound, self._src_inputs, strict=True):
+            target[first:last] = source[source_index]
 
     # ------------------------------------------------------------------ the units' side
     @property
@@ -134,7 +155,7 @@ class MemoryDomain:
         base = max(now, int(q.release[index].min()))
         writes = self.session.requests.is_write
         src = index + q.offset
-        reads = (self._src_inputs[4][src] if self.late_bound else writes[src]) == 0
+        reads = (self._src_is_write[src] if self.late_bound else writes[src]) == 0
         if not reads.any():
             return base
         per_pc = np.bincount(self._pc_source[src[reads]], minlength=self.n_pseudo_channels)
@@ -202,15 +223,27 @@ class MemoryDomain:
 
 
 def merge_results(results: list[ReplayResult]) -> ReplayResult:
-    """One device-level ReplayResult from domains that share no channel (independent controllers)."""
+    """One device-level ReplayResult from domains that share no channel (independent controllers):
+    per-request arrays are concatenated, counters summed, the simulated time is the longest domain's."""
     if len(results) == 1:
         return results[0]
-    cat = np.concatenate
-    req = Requests(cat([r.requests.timestamp_cycles for r in results]), cat([r.requests.address for r in results]),
-                   cat([r.requests.is_write for r in results]), cat([r.requests.source for r in results]))
-    return ReplayResult(results[0].config, req, cat([r.pseudo_channel for r in results]),
-                        cat([r.accept_cycle for r in results]), cat([r.done_cycle for r in results]),
-                        cat([r.request_class for r in results]), cat([r.bank_conflict for r in results]),
-                        np.sum([r.command_counts for r in results], axis=0),
-                        max(r.total_cycles for r in results), sum(r.wall_s for r in results),
-                        sum(r.compile_s for r in results), None)
+    first = results[0]
+    merged: dict[str, object] = {}
+    for f in dataclasses.fields(first):
+        values = [getattr(r, f.name) for r in results]
+        if f.name == "requests":
+            merged[f.name] = Requests(*(np.concatenate([getattr(v, g.name) for v in values])
+                                        for g in dataclasses.fields(Requests)))
+        elif f.name == "total_cycles":
+            merged[f.name] = max(values)
+        elif f.name in ("wall_s", "compile_s"):
+            merged[f.name] = sum(values)
+        elif f.name == "command_log" or f.name == "config":
+            merged[f.name] = values[0] if f.name == "config" else None
+        elif isinstance(values[0], np.ndarray) and values[0].shape[:1] == (len(first.requests),):
+            merged[f.name] = np.concatenate(values)  # per request
+        elif isinstance(values[0], np.ndarray):
+            merged[f.name] = np.sum(values, axis=0)  # counters
+        else:
+            merged[f.name] = values[0]
+    return ReplayResult(**merged)

@@ -28,6 +28,8 @@ still being read by a non-compute instruction), host (the host port), barrier (w
 
 from __future__ import annotations
 
+import bisect
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -50,6 +52,11 @@ SIMPLE, LDR, WAIT, BARRIER, HALT, LOAD, STORE, RECV, SEND, COMPUTE = range(10)
 EXEC_UNITS: tuple[str, ...] = ("ctl", "cfg", "alu", "dma", "host", "mac", "vec", "sfu")
 _DMA, _HOST = EXEC_UNITS.index("dma"), EXEC_UNITS.index("host")
 RUNNING, BLOCKED, AT_BARRIER, HALTED = range(4)
+_NEVER = 1 << 62
+
+
+class _DryStop(Exception):
+    """Ends a lookahead run at the unit's next push."""
 
 
 @dataclass(frozen=True)
@@ -131,9 +138,17 @@ class UnitStats:
 class UnitTimer:
     """One unit's in-order issue over its dynamic instruction stream (see the module docstring)."""
 
-    def __init__(self, work: UnitWork, requests: UnitRequests, domain: MemoryDomain, pnm: PnmConfig,
+    def __init__(self, work: UnitWork, requests: UnitRequests, domains: list[MemoryDomain], pnm: PnmConfig,
                  layout: DeviceLayout, isa: IsaTiming, table: IsaTable) -> None:
-        self.work, self.requests, self.domain = work, requests, domain
+        self.work, self.requests, self.domains = work, requests, domains
+        dom = requests.domain
+        order = np.argsort(dom, kind="stable")
+        local = np.empty(dom.size, dtype=np.int64)
+        local[order] = np.arange(dom.size) - np.searchsorted(dom[order], dom[order], side="left")
+        self._dom, self._local = dom, local  # domain of each request and its index among the unit's there
+        self._changes = (np.flatnonzero(dom[1:] != dom[:-1]) + 1).tolist()
+        self._last_request = {int(d): int(np.flatnonzero(dom == d)[-1]) for d in np.unique(dom)}
+        self.pushed = 0  # requests [0, pushed) were pushed into their domains
         self.unit = work.unit
         self.pnm, self.clock = pnm, layout.clock
         trace = work.trace
@@ -181,7 +196,7 @@ class UnitTimer:
         self.compute_done = 0
         self.send_done = 0
         self.dma_free_memory = 0
-        self.t_req: list[tuple[int, int]] = []  # request range of every transfer
+        self.t_parts: list[list[tuple[int, int, int]]] = []  # per transfer: (domain, first, last) local ranges
         self.t_issue: list[int] = []
         self.comp: list[int] = []  # in-order completion cycle of transfers [0, len(comp))
         self.stats = UnitStats()
@@ -189,40 +204,107 @@ class UnitTimer:
         self._rate = pnm.dma.requests_per_memory_cycle
         self._max_out = pnm.dma.max_outstanding_loads
         self._width = pnm.issue_width
+        self._dry = False  # a lookahead copy (see next_push_bound)
+        self.dry_push = _NEVER
 
     # ------------------------------------------------------------------ transfers
     def _completion(self, k: int) -> int | None:
-        """In-order completion (unit cycle) of transfer k, None while the memory has not decided it."""
+        """In-order completion (unit cycle) of transfer k, None while the memory has not decided it.
+
+        In a lookahead copy: a lower bound of it instead (never None)."""
         comp = self.comp
+        if self._dry:
+            return self._completion_bound(k)
         while len(comp) <= k:
             j = len(comp)
-            first, last = self.t_req[j]
-            if last > first:
-                done = self.domain.completion(self.unit, first, last)
+            own = self.t_issue[j] + 1
+            for d, first, last in self.t_parts[j]:
+                done = self.domains[d].completion(self.unit, first, last)
                 if done is None:
                     return None
-                own = self.clock.to_unit(done) + 1  # the last beat is written into SRAM
-            else:
-                own = self.t_issue[j] + 1
+                own = max(own, self.clock.to_unit(done) + 1)  # the last beat is written into SRAM
             comp.append(max(own, comp[j - 1]) if j else own)
         return comp[k]
 
-    def horizon(self) -> int:
-        """A memory cycle before which this blocked unit cannot release another request."""
-        first = self.t_req[len(self.comp)][0]
-        last = self.t_req[self.blocked_on][1]
-        bound = self.domain.lower_bound(self.unit, first, last)
-        return max(bound, self.clock.to_memory(self.t_front))
+    def _completion_bound(self, k: int) -> int:
+        if k < len(self.comp):
+            return self.comp[k]
+        bound = self.comp[-1] if self.comp else 0
+        for j in range(len(self.comp), k + 1):
+            own = self.t_issue[j] + 1
+            for d, first, last in self.t_parts[j]:
+                domain = self.domains[d]
+                done = domain.completion(self.unit, first, last)
+                if done is None:
+                    done = domain.lower_bound(self.unit, first, last)
+                own = max(own, self.clock.to_unit(done) + 1)
+            bound = max(bound, own)
+        return bound
+
+    def next_push_bound(self) -> int:
+        """A memory cycle before which this blocked unit cannot push another request.
+
+        A copy of the unit runs on with every undecided transfer completing at a lower bound of its
+        completion, until it would push; the in-order model is monotone in completion times (max-plus),
+        so the copy's push cycle bounds the real one from below."""
+        if not self.future_domains():
+            return _NEVER
+        dry = copy.copy(self)
+        for name in ("reg_ready", "w_ready", "w_busy", "w_cat", "w_pending", "r_done", "r_cat", "eu_free"):
+            setattr(dry, name, list(getattr(self, name)))
+        dry.stats = UnitStats(list(self.stats.stalls), list(self.stats.busy))
+        dry._dry, dry.state = True, RUNNING
+        try:
+            dry.advance()
+        except _DryStop:
+            pass
+        return dry.dry_push
+
+    def awaited(self) -> dict[int, tuple[int, int]]:
+        """Per domain, the local request range of the transfers this blocked unit waits for."""
+        ranges: dict[int, tuple[int, int]] = {}
+        for j in range(len(self.comp), self.blocked_on + 1):
+            for d, first, last in self.t_parts[j]:
+                lo, hi = ranges.get(d, (first, last))
+                ranges[d] = (min(lo, first), max(hi, last))
+        return ranges
+
+    def horizon(self) -> tuple[int, dict[int, int]]:
+        """(a memory cycle before which this blocked unit cannot push another request, and per awaited
+        domain a memory cycle before which the awaited requests there cannot all have completed)."""
+        bounds = {d: self.domains[d].lower_bound(self.unit, lo, hi) for d, (lo, hi) in self.awaited().items()}
+        push = max(self.next_push_bound(), self.clock.to_memory(self.t_front), *bounds.values())
+        return push, bounds
+
+    def future_domains(self) -> list[int]:
+        """Domains this unit may still push requests into."""
+        return [d for d, last in self._last_request.items() if last >= self.pushed]
 
     def _push(self, i: int, issue: int, delay: int) -> None:
         first, last = self._first[i], self._first[i + 1]
+        parts: list[tuple[int, int, int]] = []
         if last > first:
             start = max(self.clock.to_memory(issue + delay), self.dma_free_memory)
+            if self._dry:
+                self.dry_push = start
+                raise _DryStop
             count = last - first
             release = start + np.arange(count, dtype=np.int64) // self._rate
             self.dma_free_memory = start + -(-count // self._rate)
-            self.domain.push(self.unit, first, last, release)
-        self.t_req.append((first, last))
+            k = bisect.bisect_right(self._changes, first)
+            if k == len(self._changes) or self._changes[k] >= last:  # one domain
+                d, lo = int(self._dom[first]), int(self._local[first])
+                parts.append((d, lo, lo + count))
+                self.domains[d].push(self.unit, lo, lo + count, release)
+            else:
+                doms, local = self._dom[first:last], self._local[first:last]
+                for d in np.unique(doms).tolist():
+                    sel = doms == d
+                    index = local[sel]
+                    parts.append((d, int(index[0]), int(index[-1]) + 1))
+                    self.domains[d].push(self.unit, int(index[0]), int(index[-1]) + 1, release[sel])
+            self.pushed = last
+        self.t_parts.append(parts)
         self.t_issue.append(issue)
         self.stats.transfers += 1
 
@@ -278,7 +360,7 @@ class UnitTimer:
             elif kind == LOAD or kind == STORE:
                 if eu_free[_DMA] > bound:
                     bound, cause = eu_free[_DMA], MEM
-                issued = len(self.t_req)
+                issued = len(self.t_parts)
                 if issued >= self._max_out:
                     c = self._completion(issued - self._max_out)
                     if c is None:
@@ -290,7 +372,7 @@ class UnitTimer:
                 if eu_free[_HOST] > bound:
                     bound, cause = eu_free[_HOST], HOST
             elif kind == WAIT:
-                k = len(self.t_req) - self._imm[pc] - 1
+                k = len(self.t_parts) - self._imm[pc] - 1
                 if k >= 0:
                     c = self._completion(k)
                     if c is None:
@@ -299,10 +381,10 @@ class UnitTimer:
                     if c > bound:
                         bound, cause = c, MEM
             elif kind == BARRIER or kind == HALT:
-                if self.t_req:
-                    c = self._completion(len(self.t_req) - 1)
+                if self.t_parts:
+                    c = self._completion(len(self.t_parts) - 1)
                     if c is None:
-                        self._block(i, len(self.t_req) - 1)
+                        self._block(i, len(self.t_parts) - 1)
                         return
                     if c > bound:
                         bound, cause = c, MEM
@@ -346,7 +428,7 @@ class UnitTimer:
                 self._push(i, issue, delay)
                 if kind == LOAD:
                     for g in writes_all[i]:
-                        w_pending[g] = len(self.t_req) - 1
+                        w_pending[g] = len(self.t_parts) - 1
             elif kind == LDR:
                 for r in dsts[pc]:
                     reg_ready[r] = issue + lats[i]
@@ -374,6 +456,9 @@ class UnitTimer:
             self.t_front = issue + 1 if self.slots >= self._width else issue
             self.stats.issued += 1
             i += 1
+            if self._dry and (kind == BARRIER or kind == HALT):
+                self.dry_push = self.clock.to_memory(issue) if kind == BARRIER else _NEVER
+                raise _DryStop
             if kind == BARRIER:
                 self.i, self.state = i, AT_BARRIER
                 self.barrier_id, self.arrival = self._imm[pc], issue
@@ -406,62 +491,70 @@ class TimingRun:
     horizon_steps: int
 
 
-def _run_domain(domain: MemoryDomain, timers: list[UnitTimer]) -> None:
-    """Run the domain's units and memory until every unit waits at a barrier or halted."""
-    while True:
-        blocked = []
-        for timer in timers:
-            timer.advance()
-            if timer.state == BLOCKED:
-                blocked.append(timer)
-        if not blocked:
-            return
-        horizon = max(min(t.horizon() for t in blocked), domain.now + 1)
+def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain]) -> bool:
+    """Advance every domain some blocked unit waits on, as far as no unit can still push into it earlier.
+
+    Returns False when no unit is blocked (all wait at a barrier or halted)."""
+    never = 1 << 62
+    push: dict[int, int] = {}
+    wait: dict[int, int] = {}
+    for timer in timers:
+        if timer.state != BLOCKED:
+            continue
+        bound, awaited = timer.horizon()
+        for d in timer.future_domains():
+            push[d] = min(push.get(d, never), bound)
+        for d, b in awaited.items():
+            wait[d] = min(wait.get(d, never), b)
+    if not wait:
+        return False
+    for d, waited in wait.items():
+        domain = domains[d]
+        horizon = max(push.get(d, waited), domain.now + 1)
         domain.commit(horizon)
         domain.run_until(horizon)
+    return True
 
 
 def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryConfig, pnm: PnmConfig,
              layout: DeviceLayout, table: IsaTable | None = None) -> TimingRun:
-    """Run every unit against the simulated memory; see the module docstring and docs/pnm.md."""
+    """Run every unit against the simulated memory; see the module docstring and docs/pnm.md.
+
+    Memory domains: with channel_local addressing every channel group's controllers form a domain of
+    their own (a MemorySession each: controllers are independent and each has its own front end); with
+    interleaved addressing the whole device is one domain shared by all units.
+    """
     table = table or load_table()
     isa = IsaTiming.from_table(table)
     start = time.perf_counter()
     works = workload.units
-    if layout.address_space == "channel_local":  # independent controllers: one session per channel group
-        groups = [[i] for i in range(len(works))]
-    else:
-        groups = [list(range(len(works)))]
+    n_domains = len(works) if layout.address_space == "channel_local" else 1
     domains: list[MemoryDomain] = []
-    timers: list[UnitTimer | None] = [None] * len(works)
-    members: list[list[UnitTimer]] = []
-    for group in groups:
-        domain = MemoryDomain(memory, [works[i].unit for i in group], [requests[i].address for i in group],
-                              [requests[i].is_write for i in group])
-        domains.append(domain)
-        mine = []
-        for i in group:
-            timers[i] = UnitTimer(works[i], requests[i], domain, pnm, layout, isa, table)
-            mine.append(timers[i])
-        members.append(mine)
-    all_timers = [t for t in timers if t is not None]
+    for d in range(n_domains):
+        users = [i for i, r in enumerate(requests) if np.any(r.domain == d)]
+        domains.append(MemoryDomain(memory, [works[i].unit for i in users],
+                                    [requests[i].address[requests[i].domain == d] for i in users],
+                                    [requests[i].is_write[requests[i].domain == d] for i in users]))
+    timers = [UnitTimer(w, r, domains, pnm, layout, isa, table) for w, r in zip(works, requests, strict=True)]
     while True:
-        for domain, mine in zip(domains, members, strict=True):
-            _run_domain(domain, mine)
-        waiting = [t for t in all_timers if t.state == AT_BARRIER]
+        for timer in timers:
+            timer.advance()
+        if _step_memory(timers, domains):
+            continue
+        waiting = [t for t in timers if t.state == AT_BARRIER]
         if not waiting:
             break
         ids = {t.barrier_id for t in waiting}
-        if len(ids) > 1 or len(waiting) != len(all_timers):
+        if len(ids) > 1 or len(waiting) != len(timers):
             seen = ", ".join(f"unit {t.unit}: " + (f"barrier {t.barrier_id}" if t.state == AT_BARRIER else "halted")
-                             for t in all_timers)
+                             for t in timers)
             raise ProgramError(f"units disagree at a barrier ({seen})", file=str(workload.kernel))
         release = max(t.arrival for t in waiting) + pnm.barrier_latency_cycles
         for t in waiting:
             t.release_barrier(release)
     for domain in domains:
         domain.finish()
-    merged = merge_results([d.result() for d in domains])
-    cycles = max(t.stats.finish_cycle for t in all_timers)
-    return TimingRun(all_timers, domains, merged, cycles, time.perf_counter() - start,
+    merged = merge_results([d.result() for d in domains if d.n])
+    cycles = max(t.stats.finish_cycle for t in timers)
+    return TimingRun(timers, domains, merged, cycles, time.perf_counter() - start,
                      sum(d.iterations for d in domains))

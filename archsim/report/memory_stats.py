@@ -65,6 +65,11 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
                                           "holding queued requests for another row, or refreshing"),
     "memory.commands.<cmd>": ("commands", "DRAM commands issued, by type (ACT, PRE, PREA, RD, WR, RDA, WRA, REF, "
                                           "REFpb)"),
+    "memory.qos.row_closures.<opener>_by_<closer>": ("commands", "precharges that closed a row opened for one port "
+                                                                 "(host or pnm) to serve the other or the same"),
+    "memory.qos.bank_conflicts.<newcomer>_vs_<opener>": ("requests", "requests that found their bank open on another "
+                                                                     "row opened for the given port"),
+    "memory.qos.arbiter": ("-", "the port arbiter (shared, priority, wrr, reservation)"),
     "memory.channels.<channel>.requests": ("requests", "requests mapped to this channel (all its pseudo-channels)"),
     "memory.channels.<channel>.bandwidth_GBps": ("GB/s", "this channel's DRAM data bytes / sim.time_ns"),
     "memory.channels.<channel>.row_hit_rate": ("fraction", "row-hit rate of this channel's requests"),
@@ -176,6 +181,13 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "commands": {name: int(counts[code]) for code, name in enumerate(COMMAND_NAMES)},
             "channels": channels,
             "sources": sources,
+            "qos": {
+                "arbiter": cfg.controller.arbiter,
+                "row_closures": {f"{SOURCES[o]}_by_{SOURCES[c]}": int(result.qos_counts[o * 2 + c])
+                                 for o in range(2) for c in range(2)},
+                "bank_conflicts": {f"{SOURCES[n]}_vs_{SOURCES[o]}": int(result.qos_counts[4 + n * 2 + o])
+                                   for n in range(2) for o in range(2)},
+            },
         },
     }
 
@@ -200,4 +212,8 @@ def doc_key(dotted: str) -> str:
         parts[2] = "<source>"
     if len(parts) == 3 and parts[:2] == ["memory", "commands"]:
         parts[2] = "<cmd>"
+    if len(parts) == 4 and parts[:3] == ["memory", "qos", "row_closures"]:
+        parts[3] = "<opener>_by_<closer>"
+    if len(parts) == 4 and parts[:3] == ["memory", "qos", "bank_conflicts"]:
+        parts[3] = "<newcomer>_vs_<opener>"
     return ".".join(parts)

@@ -1,0 +1,354 @@
+"""System configs (`configs/systems/*.yaml`): GPU hosts, interconnect, KV location, pool devices, PNM, sampling.
+
+File layout (top-level key `system`; docs/systems.md describes every key and cites every default):
+
+    system:
+      name: g25
+      tier: G2.5
+      description: one line
+      gpus: {count: 8, peak_TFLOPS: 989.4, hbm_bandwidth: 3.35TB/s, hbm_capacity: 80GB,
+             memory_utilization: 0.9, clock: 1.98GHz, endpoint: gpu}
+      interconnect: {preset: cxl2_switch, set: {links.pool_link.count: 8}}   # or {inline: {...}} / {file: ...}
+      kv: {location: pool, endpoint: pool}           # pool | gpu | store (store: also `capacity`)
+      attention: pnm                                 # pnm | gpu
+      pool:
+        memory: hbm3e                                # configs/memory/<name>.yaml, or a path
+        devices: 8
+        stacks_per_device: 4
+        host_fetch_interleave: 256B
+        l2: {...}                                    # optional, archsim.cache.parse_l2 keys
+        pnm: {model: auto, clock: 1GHz, macs_per_cycle: 256, exp_per_cycle: 8, sram: 512KiB, tile_tokens: 64}
+      schedule: {gpu_fetch: prefetch}
+      sampling: {layers: once, channels: once, window_requests: 65536, pnm_sample_tokens: [1024, 4096]}
+      qos: {...}                                     # optional, archsim.system.qos.parse_qos keys
+      energy: default
+
+Unknown keys, missing keys, bad units and inconsistent values are ConfigErrors naming the dotted path.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from archsim.cache.l2 import L2Config, parse_l2
+from archsim.config.memory import MemoryConfig, load_memory_config
+from archsim.config.overrides import apply_overrides
+from archsim.config.section import Section
+from archsim.energy import EnergyTable
+from archsim.errors import ConfigError
+from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
+from archsim.interconnect import Topology
+from archsim.system.qos import QosSpec, parse_qos
+from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes
+
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+SYSTEMS_DIR = CONFIGS_DIR / "systems"
+MEMORY_DIR = CONFIGS_DIR / "memory"
+KV_LOCATIONS = ("pool", "gpu", "store")
+ATTENTION_PLACES = ("pnm", "gpu")
+PNM_MODELS = ("auto", "roofline", "timed")
+SAMPLING_MODES = ("once", "all")
+GPU_FETCH_MODES = ("prefetch", "serial")
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    count: int
+    peak_TFLOPS: float  # dense BF16 tensor throughput of one GPU
+    hbm_bandwidth_GBps: float
+    hbm_capacity_bytes: int
+    memory_utilization: float  # share of HBM the serving engine may use (weights + KV + workspace)
+    clock_GHz: float  # only to express latencies in GPU cycles
+    endpoint: str  # the topology endpoint group holding the GPUs
+
+
+@dataclass(frozen=True)
+class PnmSpec:
+    model: str  # auto: the timed unit (archsim.pnm.timing) when importable, else the roofline
+    clock_GHz: float
+    macs_per_cycle: int
+    exp_per_cycle: int
+    sram_bytes: int
+    tile_tokens: int
+    dma_outstanding_loads: int
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    memory: MemoryConfig  # one device: `stacks_per_device` stacks
+    memory_source: str
+    devices: int
+    host_fetch_interleave_bytes: int  # GPU-side fetches round-robin over a channel's KV streams at this size
+    l2: L2Config | None  # one device's L2, sliced evenly over its channels
+    pnm: PnmSpec | None
+
+    @property
+    def channels_per_device(self) -> int:
+        return self.memory.organization.n_channels
+
+    @property
+    def channels(self) -> int:
+        return self.devices * self.channels_per_device
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.devices * self.memory.organization.capacity_bytes
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    layers: str  # once: identical layers simulated once and multiplied
+    channels: str  # once: the busiest channel simulated, the others are symmetric
+    window_requests: int  # per-channel stream window replayed (0 = the whole stream), steady state extrapolated
+    pnm_sample_tokens: tuple[int, int]  # contexts of the two timed PNM runs a per-token cost is fitted to
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    name: str
+    tier: str
+    description: str
+    gpus: GpuConfig
+    topology: Topology | None  # None only when the KV stays in GPU HBM
+    kv_location: str
+    kv_endpoint: str | None
+    kv_capacity_bytes: int | None  # for `store` locations (no memory model)
+    attention: str
+    pool: PoolSpec | None
+    gpu_fetch: str
+    sampling: SamplingSpec
+    qos: QosSpec | None
+    energy: EnergyTable
+    file: str | None
+
+    def gpu_endpoints(self, n: int) -> list[str]:
+        """The first `n` GPU endpoints of the topology group (checked at load time)."""
+        assert self.topology is not None
+        names = [e.name for e in self.topology.endpoints.values() if e.group == self.gpus.endpoint]
+        return names[:n]
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
+
+
+def resolve_system_path(name_or_path: str | Path) -> Path:
+    """A path, or a preset name (`g25` -> configs/systems/g25.yaml)."""
+    p = Path(name_or_path)
+    if p.exists() or p.suffix:
+        return p
+    preset = SYSTEMS_DIR / f"{name_or_path}.yaml"
+    if not preset.exists():
+        known = ", ".join(sorted(q.stem for q in SYSTEMS_DIR.glob("*.yaml")))
+        raise ConfigError(f"no system file or preset {str(name_or_path)!r} (presets: {known})")
+    return preset
+
+
+def load_system_config(name_or_path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> SystemConfig:
+    path = resolve_system_path(name_or_path)
+    tree = _read_yaml(path)
+    if isinstance(tree, dict):
+        apply_overrides(tree, overrides, str(path))
+    return system_config_from_mapping(tree, file=str(path))
+
+
+def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemConfig:
+    top = Section(tree, "", file)
+    root = top.sub("system")
+    top.done()
+    name = root.str("name")
+    tier = root.str("tier", name)
+    description = root.str("description", "")
+    gpus = _parse_gpus(root.sub("gpus"))
+    kv = root.sub("kv")
+    location = kv.choice("location", KV_LOCATIONS)
+    endpoint = kv.str("endpoint") if location != "gpu" else None
+    capacity = kv.parsed("capacity", parse_size_bytes) if location == "store" else None
+    kv.done()
+    attention = root.choice("attention", ATTENTION_PLACES)
+    topology = _parse_interconnect(root, file) if root.has("interconnect") else None
+    if topology is None and location != "gpu":
+        raise root.error("interconnect", "missing: the KV lives outside the GPUs, so a link must reach it")
+    pool = _parse_pool(root.sub("pool"), file) if root.has("pool") else None
+    schedule = root.sub("schedule", {})
+    gpu_fetch = schedule.choice("gpu_fetch", GPU_FETCH_MODES, "prefetch")
+    schedule.done()
+    sampling = _parse_sampling(root.sub("sampling", {}))
+    qos = parse_qos(root.sub("qos")) if root.has("qos") else None
+    energy = _parse_energy(root, file)
+    root.done()
+
+    if location == "pool" and pool is None:
+        raise root.error("pool", "missing: kv.location is `pool`")
+    if attention == "pnm":
+        if location != "pool":
+            raise root.error("attention", "`pnm` needs the KV in a pool (kv.location: pool)")
+        if pool is None or pool.pnm is None:
+            raise root.error("pool.pnm", "missing: attention runs in the pool's PNM units")
+    if qos is not None and (pool is None or location != "pool"):
+        raise root.error("qos", "QoS arbitration is studied at the pool's controllers: configure a pool")
+    if topology is not None:
+        _check_endpoints(topology, gpus, endpoint, root)
+    return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
+                        gpu_fetch, sampling, qos, energy, file)
+
+
+def _parse_gpus(s: Section) -> GpuConfig:
+    count = s.int("count", minimum=1)
+    tflops = s.float("peak_TFLOPS")
+    bandwidth = s.parsed("hbm_bandwidth", parse_bandwidth_GBps)
+    capacity = s.parsed("hbm_capacity", parse_size_bytes)
+    utilization = s.float("memory_utilization", 0.9)
+    clock = s.parsed("clock", parse_frequency_ghz)
+    endpoint = s.str("endpoint", "gpu")
+    s.done()
+    for key, value in (("peak_TFLOPS", tflops), ("hbm_bandwidth", bandwidth), ("hbm_capacity", capacity),
+                       ("clock", clock)):
+        if value <= 0:
+            raise s.error(key, f"must be positive, got {value}")
+    if not 0 < utilization <= 1:
+        raise s.error("memory_utilization", f"must lie in (0, 1], got {utilization}")
+    return GpuConfig(count, tflops, bandwidth, capacity, utilization, clock, endpoint)
+
+
+def _parse_interconnect(root: Section, file: str | None) -> Topology:
+    """`interconnect: NAME`, or a mapping with exactly one of preset/file/inline, plus optional `set`."""
+    value = root.raw("interconnect")
+    where = root.where("interconnect")
+    s = Section({"preset": value} if isinstance(value, str) else value, where, file)
+    forms = [k for k in ("preset", "file", "inline") if s.has(k)]
+    if len(forms) != 1:
+        raise ConfigError("give exactly one of preset, file or inline", file=file, where=where)
+    sets = s.raw("set", {})
+    if not isinstance(sets, dict):
+        raise s.error("set", "expected a mapping of dotted.key: value")
+    if forms[0] == "inline":
+        data = copy.deepcopy(s.raw("inline"))
+        src_file, path = file, f"{where}.inline"
+    else:
+        p = Path(s.str(forms[0]))
+        if forms[0] == "preset":
+            p = INTERCONNECT_DIR / f"{p}.yaml"
+            if not p.exists():
+                known = ", ".join(sorted(q.stem for q in INTERCONNECT_DIR.glob("*.yaml")))
+                raise s.error("preset", f"unknown interconnect preset {s.data['preset']!r} (known: {known})")
+        elif not p.is_absolute() and file is not None:
+            p = Path(file).resolve().parent / p
+        loaded = _read_yaml(p)
+        if not isinstance(loaded, dict) or "interconnect" not in loaded:
+            raise ConfigError("expected a top-level `interconnect:` mapping", file=str(p))
+        data, src_file, path = loaded["interconnect"], str(p), "interconnect"
+    s.done()
+    if sets:
+        tree = {"interconnect": data}
+        try:
+            apply_overrides(tree, [f"interconnect.{k}={yaml.safe_dump(v).strip()}" for k, v in sets.items()], file)
+        except ConfigError as exc:
+            raise ConfigError(exc.detail, file=file, where=f"{where}.set.{exc.where}") from None
+        data = tree["interconnect"]
+    return Topology.from_mapping(data, path=path, file=src_file)
+
+
+def _check_endpoints(topology: Topology, gpus: GpuConfig, kv_endpoint: str | None, root: Section) -> None:
+    members = [e.name for e in topology.endpoints.values() if e.group == gpus.endpoint]
+    if not members:
+        raise ConfigError(f"the interconnect has no endpoint group {gpus.endpoint!r}", file=root.file,
+                          where=root.where("gpus.endpoint"))
+    if len(members) < gpus.count:
+        raise ConfigError(f"{gpus.count} GPUs but the interconnect has {len(members)} `{gpus.endpoint}` endpoints",
+                          file=root.file, where=root.where("gpus.count"))
+    if kv_endpoint is None:
+        return
+    if kv_endpoint not in topology.endpoints:
+        raise ConfigError(f"the interconnect has no endpoint {kv_endpoint!r} "
+                          f"(endpoints: {', '.join(topology.endpoints)})", file=root.file,
+                          where=root.where("kv.endpoint"))
+    for gpu in members[: gpus.count]:
+        topology.route(kv_endpoint, gpu)  # an unreachable KV endpoint fails here, naming its config path
+        topology.route(gpu, kv_endpoint)
+
+
+def _memory_path(name: str, file: str | None) -> Path:
+    p = Path(name)
+    if not p.suffix and (MEMORY_DIR / f"{name}.yaml").exists():
+        return MEMORY_DIR / f"{name}.yaml"
+    if not p.is_absolute() and file is not None:
+        return Path(file).resolve().parent / p
+    return p
+
+
+def _parse_pool(s: Section, file: str | None) -> PoolSpec:
+    memory_name = s.str("memory")
+    sets = s.raw("memory_set", {})
+    if not isinstance(sets, dict):
+        raise s.error("memory_set", "expected a mapping of dotted.key: value")
+    devices = s.int("devices", minimum=1)
+    stacks = s.int("stacks_per_device", minimum=1)
+    overrides = [f"memory.organization.stacks={stacks}"]
+    overrides += [f"memory.{k}={yaml.safe_dump(v).strip()}" for k, v in sets.items()]
+    mpath = _memory_path(memory_name, file)
+    try:
+        memory = load_memory_config(mpath, overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc.detail} (in {exc.file})", file=file, where=s.where("memory")) from None
+    interleave = s.parsed("host_fetch_interleave", parse_size_bytes, 256)
+    access = memory.organization.access_bytes
+    if interleave < access or interleave % access:
+        raise s.error("host_fetch_interleave", f"must be a positive multiple of the {access} B access")
+    l2 = parse_l2(s.sub("l2")) if s.has("l2") else None
+    pnm = _parse_pnm(s.sub("pnm")) if s.has("pnm") else None
+    s.done()
+    if l2 is not None:
+        slice_bytes = l2.capacity_bytes // memory.organization.n_channels
+        if l2.capacity_bytes % memory.organization.n_channels or slice_bytes % (l2.line_size_bytes * l2.ways):
+            raise s.error("l2.capacity", f"{l2.capacity_bytes} B does not slice into whole sets over the device's "
+                                         f"{memory.organization.n_channels} channels")
+    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm)
+
+
+def _parse_pnm(s: Section) -> PnmSpec:
+    model = s.choice("model", PNM_MODELS, "auto")
+    clock = s.parsed("clock", parse_frequency_ghz)
+    macs = s.int("macs_per_cycle", minimum=1)
+    exps = s.int("exp_per_cycle", minimum=1)
+    sram = s.parsed("sram", parse_size_bytes)
+    tile = s.int("tile_tokens", 64, minimum=1)
+    outstanding = s.int("dma_outstanding_loads", 16, minimum=1)
+    s.done()
+    if clock <= 0:
+        raise s.error("clock", "must be positive")
+    if sram <= 0:
+        raise s.error("sram", "must be positive")
+    return PnmSpec(model, clock, macs, exps, sram, tile, outstanding)
+
+
+def _parse_sampling(s: Section) -> SamplingSpec:
+    layers = s.choice("layers", SAMPLING_MODES, "once")
+    channels = s.choice("channels", SAMPLING_MODES, "once")
+    window = s.int("window_requests", 65536, minimum=0)
+    tokens = s.raw("pnm_sample_tokens", [1024, 4096])
+    s.done()
+    if (not isinstance(tokens, list) or len(tokens) != 2 or not all(isinstance(t, int) and t > 0 for t in tokens)
+            or tokens[0] >= tokens[1]):
+        raise s.error("pnm_sample_tokens", f"expected two increasing positive token counts, got {tokens!r}")
+    if 0 < window < 4096:
+        raise s.error("window_requests", f"a window below 4096 requests does not reach steady state, got {window}")
+    return SamplingSpec(layers, channels, window, (tokens[0], tokens[1]))
+
+
+def _parse_energy(root: Section, file: str | None) -> EnergyTable:
+    value = root.str("energy", "default")
+    p = Path(value)
+    if p.suffix and not p.is_absolute() and file is not None:
+        p = Path(file).resolve().parent / p
+    return EnergyTable.load(p if p.suffix else value)
