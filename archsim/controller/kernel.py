@@ -317,7 +317,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     trefipb = prm[P_REFIPB]
     logging = prm[P_LOGCAP] > 0
     bqd = prm[P_BQD]
-    tick = prm[P_TICK] != 0
+    tick = prm[P_TICK] != 0  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
     arb = prm[P_ARB]
     w0 = prm[P_W0]
     w1 = prm[P_W1]
@@ -325,7 +325,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     rrate = prm[P_RRATE]
     rcap = prm[P_RCAP]
     agecap = prm[P_AGECAP]
-    ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
+    ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first
     bankq = bqd > 0
 
     t = scal[S_T]
