@@ -70,6 +70,8 @@ class MemoryDomain:
         self.read_spacing_cycles = min(t.tCCD_S, t.tBURST)
         self.n_pseudo_channels = cfg.organization.n_pseudo_channels
         self.iterations = 0
+        self.late_requests = 0  # diagnostics: requests whose release cycle the memory had already passed
+        self.late_cycles = 0
 
     # ------------------------------------------------------------------ late binding
     def _bind_sources(self) -> None:
@@ -188,6 +190,10 @@ class MemoryDomain:
             unit_of, index, release = unit_of[order], index[order], release[order]
         first = self.next_slot
         last = first + index.size
+        late = release < self.now
+        if late.any():  # released after the memory passed its cycle: the horizon was not conservative
+            self.late_requests += int(late.sum())
+            self.late_cycles += int((self.now - release[late]).sum())
         if self.late_bound:
             self._bind(first, last, self._offset_of_unit[unit_of] + index)
             slots = np.arange(first, last, dtype=np.int64)

@@ -34,10 +34,13 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.writes": ("requests", "write requests"),
     "memory.bytes_read": ("B", "bytes read from DRAM (column reads x access_bytes)"),
     "memory.bytes_written": ("B", "bytes written to DRAM (column writes x access_bytes)"),
-    "memory.bandwidth_GBps": ("GB/s", "DRAM data bytes moved / sim.time_ns (10^9 B/s)"),
+    "memory.bandwidth_GBps": ("GB/s", "bytes of the requests served (reads returned, writes completed, forwarded "
+                                      "and merged ones included) / sim.time_ns (10^9 B/s)"),
+    "memory.dram_bandwidth_GBps": ("GB/s", "bytes moved on the DRAM data buses (column commands x access_bytes) / "
+                                           "sim.time_ns"),
     "memory.peak_bandwidth_GBps": ("GB/s", "every data bus busy every cycle: pseudo-channels x bus width x pin rate"),
     "memory.peak_bandwidth_per_stack_GBps": ("GB/s", "peak bandwidth of one stack"),
-    "memory.bandwidth_utilization": ("fraction", "bandwidth_GBps / peak_bandwidth_GBps"),
+    "memory.bandwidth_utilization": ("fraction", "dram_bandwidth_GBps / peak_bandwidth_GBps"),
     "memory.read_latency_cycles.mean": ("cycles", "read latency, acceptance into the controller to last data beat: "
                                                   "mean"),
     "memory.read_latency_cycles.p50": ("cycles", "read latency (acceptance to data): median"),
@@ -114,7 +117,8 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
     counts = result.command_counts
     bytes_read = int(counts[RD] + counts[RDA]) * access
     bytes_written = int(counts[WR] + counts[WRA]) * access
-    bw = (bytes_read + bytes_written) / time_ns
+    dram_bw = (bytes_read + bytes_written) / time_ns
+    bw = n * access / time_ns
     peak = peak_bandwidth_GBps(org, timing)
     lat_all = result.done_cycle - result.accept_cycle
     read_lat = lat_all[reads]
@@ -165,9 +169,10 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "bytes_read": bytes_read,
             "bytes_written": bytes_written,
             "bandwidth_GBps": round(bw, 6),
+            "dram_bandwidth_GBps": round(dram_bw, 6),
             "peak_bandwidth_GBps": round(peak, 6),
             "peak_bandwidth_per_stack_GBps": round(peak_bandwidth_per_stack_GBps(org, timing), 6),
-            "bandwidth_utilization": round(bw / peak, 6),
+            "bandwidth_utilization": round(dram_bw / peak, 6),
             "read_latency_cycles": lat_cycles,
             "read_latency_ns": {k: round(v * tck, 6) for k, v in lat_cycles.items()},
             "read_total_latency_cycles": _summary(total_lat),
