@@ -379,10 +379,19 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     # queued address merges into it
                     a = req_addr[idx]
                     hit = False
-                    for j in range(wq_len[pc]):
-                        if req_addr[wq[pc, j]] == a:
-                            hit = True
-                            break
+                    if bankq:
+                        for j in range(wq_len[pc]):
+                            if req_addr[wq[pc, j]] == a:
+                                hit = True
+                                break
+                    else:
+                        # only a write to the same bank can hold the same address
+                        j = bhead[gb, 1]
+                        while j >= 0:
+                            if req_addr[j] == a:
+                                hit = True
+                                break
+                            j = bnext[j]
                     if hit:
                         done[idx] = t + 1
                         klass[idx] = C_FORWARD
@@ -396,7 +405,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
-                    wq[pc, wq_len[pc]] = idx
+                    if bankq:
+                        wq[pc, wq_len[pc]] = idx  # transaction queue order feeds the bank queues
                     wq_len[pc] += 1
                     wq_unmoved[pc] += 1
                     if orow == row and not bankq:
@@ -405,7 +415,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     if posted:
                         done[idx] = t
                 else:
-                    rq[pc, rq_len[pc]] = idx
+                    if bankq:
+                        rq[pc, rq_len[pc]] = idx
                     rq_len[pc] += 1
                     rq_unmoved[pc] += 1
                     if orow == row and not bankq:
@@ -765,7 +776,12 @@ def run_kernel(stop_ptr, prm, sparse, scal,
             if col_pc >= 0:
                 pc = col_pc
                 idx = col_i
-                if col_w:
+                if not bankq:
+                    if col_w:
+                        wq_len[pc] -= 1
+                    else:
+                        rq_len[pc] -= 1
+                elif col_w:
                     for j in range(wq_len[pc]):
                         if wq[pc, j] == idx:
                             _remove(wq, wq_len, pc, j)

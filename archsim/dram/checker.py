@@ -5,7 +5,7 @@ standards' definitions. Everything is vectorized: each scope (bank, bank group, 
 sorts the log once by (scope key, log position), and each rule then finds, for every command it
 constrains, the most recent command of the rule's first kind in the same scope with a running maximum.
 
-Semantics worth knowing (docs: /tmp/notes/checker.md, merged into the docs by the lead):
+Semantics worth knowing (the protocol-checker section of the docs has the full rule list and sources):
 - Order within a cycle is the log's order: a command logged later is issued after the earlier ones.
 - State follows the commands as issued: an illegal ACT still opens the bank, so one bug gives one record.
 - PRE to a closed bank is legal JEDEC (a NOP) and is reported as a warning, never a violation; its timing

@@ -227,18 +227,22 @@ class UnitTimer:
         return comp[k]
 
     def _completion_bound(self, k: int) -> int:
+        """A lower bound of transfer k's in-order completion: every undecided request of transfers up to k
+        must have completed, which bounds k better than each transfer's own requests do."""
         if k < len(self.comp):
             return self.comp[k]
-        bound = self.comp[-1] if self.comp else 0
+        bound = max(self.comp[-1] if self.comp else 0, self.t_issue[k] + 1)
+        ranges: dict[int, tuple[int, int]] = {}
         for j in range(len(self.comp), k + 1):
-            own = self.t_issue[j] + 1
             for d, first, last in self.t_parts[j]:
-                domain = self.domains[d]
-                done = domain.completion(self.unit, first, last)
-                if done is None:
-                    done = domain.lower_bound(self.unit, first, last)
-                own = max(own, self.clock.to_unit(done) + 1)
-            bound = max(bound, own)
+                lo, hi = ranges.get(d, (first, last))
+                ranges[d] = (min(lo, first), max(hi, last))
+        for d, (first, last) in ranges.items():
+            domain = self.domains[d]
+            done = domain.completion(self.unit, first, last)
+            if done is None:
+                done = domain.lower_bound(self.unit, first, last)
+            bound = max(bound, self.clock.to_unit(done) + 1)
         return bound
 
     def next_push_bound(self) -> int:
@@ -254,10 +258,13 @@ class UnitTimer:
             setattr(dry, name, list(getattr(self, name)))
         dry.stats = UnitStats(list(self.stats.stalls), list(self.stats.busy))
         dry._dry, dry.state = True, RUNNING
+        transfers = len(self.t_parts)  # the copy shares the transfer lists and only appends to them
         try:
             dry.advance()
         except _DryStop:
             pass
+        finally:
+            del self.t_parts[transfers:], self.t_issue[transfers:]
         return dry.dry_push
 
     def awaited(self) -> dict[int, tuple[int, int]]:
