@@ -311,7 +311,12 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     cmd_count = per(K.NCMD)
     # served per port, reservation tokens and their update time per pseudo-channel, the port that opened each row
     qos = (np.zeros((n_pc, 2), dtype=np.int64), per(n_pc), per(n_pc), per(n_bank), qos_counts)
-    refresh = (_initial_refresh_due(cfg), per(n_rank), *qos, per(org.n_channels, int(K.INF)), cmd_count)
+    ref_due = _initial_refresh_due(cfg)
+    # every channel wakes for its first refresh even if no request ever reaches it
+    chan_next = per(org.n_channels, int(K.INF))
+    if c.refresh != "none":
+        chan_next[:] = ref_due.reshape(org.n_channels, -1).min(axis=1)
+    refresh = (ref_due, per(n_rank), *qos, chan_next, cmd_count)
     return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
                                                                          "cmd_count": cmd_count,
                                                                          "port_ptr": queues[7]}

@@ -200,7 +200,7 @@ def test_prea_on_closed_banks_only_starts_trp() -> None:
     """PREA right after a PRE is legal (tRAS / tRTP do not apply to idle banks); ACTs then wait tRP."""
     cmds = [(0, "ACT", 0, 0, 1), (20, "RD", 0, 0, 1), (24, "PRE", 0, 0, 1), (25, "PREA", 0, 0, -1)]
     assert check([*cmds, (35, "ACT", 0, 0, 2)]).ok
-    assert check([*cmds, (33, "ACT", 0, 3, 2)]).violation_counts == {"tRP": 1}
+    assert check([*cmds, (25 + T.tRP - 1, "ACT", 0, 3, 2)]).violation_counts == {"tRP": 1}
 
 
 def _ranks_refreshed_early(skip: tuple[int, int]) -> list[Cmd]:
@@ -325,7 +325,7 @@ def _build_trace(spec: dict[str, object], cfg: MemoryConfig,
 @pytest.mark.parametrize("policy", ROW_POLICIES)
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("preset", PRESETS)
-@settings(max_examples=5, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=traces())
 def test_simulator_log_has_no_violations(preset: str, scheduler: str, policy: str, refresh: str,
                                          spec: dict[str, object]) -> None:

@@ -83,31 +83,28 @@ def unit_requests(works: tuple[UnitWork, ...], layout: DeviceLayout, mapping: Ad
                   access_bytes: int) -> list[UnitRequests]:
     """Physical requests of every unit (indexed like `works`)."""
     split = [split_accesses(w.trace, access_bytes) for w in works]
+    stores = [(w, local[is_write.astype(bool)]) for w, (_, local, is_write, _) in zip(works, split, strict=True)]
     out: list[UnitRequests] = []
-    for w, (instr, local, is_write, which) in zip(works, split, strict=True):
+    for w, (instr, local, is_write, _) in zip(works, split, strict=True):
         if layout.address_space == "channel_local":
-            owner = _owners(w, works)[which]  # unit u owns channel group u, served by its own controllers
+            owner = _owners(w, local, is_write, stores)  # unit u owns channel group u (its own controllers)
             physical = channel_local_to_physical(mapping, local, owner, layout.channels_per_unit)
         else:
             owner = np.zeros(local.size, dtype=np.int64)  # one domain: the whole device
             physical = local
         first = np.searchsorted(instr, np.arange(len(w.trace) + 1), side="left").astype(np.int64)
-        out.append(UnitRequests(instr.astype(np.int64), physical, is_write, first, owner.astype(np.int64)))
+        out.append(UnitRequests(instr.astype(np.int64), physical, is_write, first, owner))
     return out
 
 
-def _owners(work: UnitWork, works: tuple[UnitWork, ...]) -> np.ndarray:
-    """Unit whose channels hold each access of `work`: itself, unless a unit of its domain stored there."""
-    trace = work.trace
-    owner = np.full(trace.access_address.size, work.unit, dtype=np.int64)
-    loads = ~trace.access_is_write
-    lo, hi = trace.access_address, trace.access_address + trace.access_bytes
-    for other in works:
-        if other.unit == work.unit or other.domain != work.domain:
+def _owners(work: UnitWork, local: np.ndarray, is_write: np.ndarray,
+            stores: list[tuple[UnitWork, np.ndarray]]) -> np.ndarray:
+    """Unit whose channels hold each request of `work`: its own, unless a unit of its domain stored there."""
+    owner = np.full(local.size, work.unit, dtype=np.int64)
+    loads = is_write == 0
+    for other, stored in stores:
+        if other.unit == work.unit or other.domain != work.domain or stored.size == 0:
             continue
-        stores = other.trace.access_is_write
-        for s_lo, s_size in zip(other.trace.access_address[stores], other.trace.access_bytes[stores],
-                                strict=True):
-            hit = loads & (lo < s_lo + s_size) & (hi > s_lo)
-            owner[hit] = other.unit
+        hit = loads & np.isin(local, stored)
+        owner[hit] = other.unit
     return owner

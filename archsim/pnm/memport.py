@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from archsim.config.memory import MemoryConfig
@@ -27,6 +28,38 @@ from archsim.memory import MemorySession, ReplayResult, Requests, warm_up
 
 PNM_SOURCE = 1  # index of "pnm" in archsim.config.memory.SOURCES
 _NEVER = 1 << 62
+
+
+@numba.njit(cache=True)
+def _lower_bound(done, slots, offset, committed, release, is_read, pc, first, last, now, n_pc, spacing,
+                 read_latency):  # pragma: no cover - compiled
+    """See MemoryDomain.lower_bound and the module docstring."""
+    per_pc = np.zeros(n_pc, dtype=np.int64)
+    any_pending = False
+    max_release = now
+    min_read_release = 1 << 62
+    reads = False
+    for i in range(first, last):
+        if i < committed:
+            slot = slots[i] if slots.shape[0] else offset + i
+            if done[slot] >= 0:
+                continue
+        any_pending = True
+        r = release[i]
+        if r > max_release:
+            max_release = r
+        if is_read[offset + i]:
+            reads = True
+            per_pc[pc[offset + i]] += 1
+            if r < min_read_release:
+                min_read_release = r
+    if not any_pending:
+        return now
+    bound = max_release
+    if reads:
+        start = max(now, min_read_release)
+        bound = max(bound + read_latency, start + (per_pc.max() - 1) * spacing + read_latency)
+    return bound
 
 
 @dataclass
@@ -56,7 +89,9 @@ class MemoryDomain:
         self.session = MemorySession(cfg, all_address.copy(), all_write.copy(),
                                      np.full(self.n, PNM_SOURCE, dtype=np.uint8))
         self.late_bound = len(self.units) > 1
-        self._pc_source = self.session.pseudo_channel.copy()  # source order (the session's order until bound)
+        self._pc_source = self.session.pseudo_channel.astype(np.int64)  # source order
+        self._is_read = all_write == 0
+        self._no_slots = np.empty(0, dtype=np.int64)
         if self.late_bound:
             self._bind_sources()
         self.queues = {u: _UnitQueue(int(offsets[i]), counts[i], np.full(counts[i], -1, dtype=np.int64),
@@ -143,25 +178,12 @@ class MemoryDomain:
     def lower_bound(self, unit: int, first: int, last: int) -> int:
         """A memory cycle before which requests [first, last) of `unit` cannot all have completed."""
         q = self.queues[unit]
-        now = self.now
         if last <= first:
-            return now
-        pending = np.ones(last - first, dtype=bool)
-        upto = min(q.committed, last)
-        if upto > first:
-            slots = (np.arange(q.offset + first, q.offset + upto) if not self.late_bound else q.slot[first:upto])
-            pending[:upto - first] = self.session.done_cycle[slots] < 0
-        if not pending.any():
-            return now
-        index = np.flatnonzero(pending) + first
-        base = max(now, int(q.release[index].min()))
-        writes = self.session.requests.is_write
-        src = index + q.offset
-        reads = (self._src_is_write[src] if self.late_bound else writes[src]) == 0
-        if not reads.any():
-            return base
-        per_pc = np.bincount(self._pc_source[src[reads]], minlength=self.n_pseudo_channels)
-        return base + (int(per_pc.max()) - 1) * self.read_spacing_cycles + self.read_latency_cycles
+            return self.now
+        slots = q.slot if self.late_bound else self._no_slots
+        return int(_lower_bound(self.session.done_cycle, slots, q.offset, q.committed, q.release, self._is_read,
+                                self._pc_source, first, last, self.now, self.n_pseudo_channels,
+                                self.read_spacing_cycles, self.read_latency_cycles))
 
     # ------------------------------------------------------------------ the memory's side
     def commit(self, horizon: int) -> None:

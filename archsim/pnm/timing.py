@@ -464,7 +464,8 @@ class UnitTimer:
             self.stats.issued += 1
             i += 1
             if self._dry and (kind == BARRIER or kind == HALT):
-                self.dry_push = self.clock.to_memory(issue) if kind == BARRIER else _NEVER
+                self.dry_push = (self.clock.to_memory(issue + self.pnm.barrier_latency_cycles) if kind == BARRIER
+                                 else _NEVER)  # a barrier releases its units that much after the last arrives
                 raise _DryStop
             if kind == BARRIER:
                 self.i, self.state = i, AT_BARRIER
@@ -498,26 +499,30 @@ class TimingRun:
     horizon_steps: int
 
 
-def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain]) -> bool:
-    """Advance every domain some blocked unit waits on, as far as no unit can still push into it earlier.
+def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain], barrier_latency_cycles: int) -> bool:
+    """Advance every domain some blocked unit waits on, as far as no unit can push into it earlier.
 
     Returns False when no unit is blocked (all wait at a barrier or halted)."""
-    never = 1 << 62
     push: dict[int, int] = {}
     wait: dict[int, int] = {}
+    arrived = [t.arrival for t in timers if t.state == AT_BARRIER]
+    barrier = (max(arrived) + barrier_latency_cycles) if arrived else 0
     for timer in timers:
-        if timer.state != BLOCKED:
+        if timer.state == BLOCKED:
+            bound, awaited = timer.horizon()
+            for d, b in awaited.items():
+                wait[d] = min(wait.get(d, _NEVER), b)
+        elif timer.state == AT_BARRIER:  # it resumes no earlier than the barrier can release
+            bound = timer.clock.to_memory(barrier)
+        else:
             continue
-        bound, awaited = timer.horizon()
         for d in timer.future_domains():
-            push[d] = min(push.get(d, never), bound)
-        for d, b in awaited.items():
-            wait[d] = min(wait.get(d, never), b)
+            push[d] = min(push.get(d, _NEVER), bound)
     if not wait:
         return False
     for d, waited in wait.items():
         domain = domains[d]
-        horizon = max(push.get(d, waited), domain.now + 1)
+        horizon = max(push.get(d, _NEVER), domain.now + 1)  # no unit pushes into d again: run it out
         domain.commit(horizon)
         domain.run_until(horizon)
     return True
@@ -546,7 +551,7 @@ def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryCon
     while True:
         for timer in timers:
             timer.advance()
-        if _step_memory(timers, domains):
+        if _step_memory(timers, domains, pnm.barrier_latency_cycles):
             continue
         waiting = [t for t in timers if t.state == AT_BARRIER]
         if not waiting:

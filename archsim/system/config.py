@@ -300,7 +300,7 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
     try:
         memory = load_memory_config(mpath, overrides)
     except ConfigError as exc:
-        raise ConfigError(f"{exc.detail} (in {exc.file})", file=file, where=s.where("memory")) from None
+        raise ConfigError(f"memory config {exc.render()}", file=file, where=s.where("memory")) from None
     interleave = s.parsed("host_fetch_interleave", parse_size_bytes, 256)
     access = memory.organization.access_bytes
     if interleave < access or interleave % access:

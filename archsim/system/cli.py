@@ -1,0 +1,118 @@
+"""`archsim simulate` and `archsim compare`: thin shells over archsim.system (registered by archsim/cli.py).
+
+Bad input raises ArchsimError; the top-level group turns it into one line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import click
+
+from archsim.errors import ConfigError
+
+_WHERE_FULL = {"gpu": "system.gpus.hbm_capacity", "pool": "system.pool.devices", "store": "system.kv.capacity"}
+
+
+def _contexts(text: str | None) -> tuple[int, ...] | None:
+    from archsim.system.workload import parse_tokens
+
+    if not text:
+        return None
+    return tuple(parse_tokens(part.strip(), "--contexts") for part in text.split(",") if part.strip())
+
+
+def _workload(workload_path: str | None, trace_path: str | None):  # noqa: ANN202 - Workload, imported lazily
+    from archsim.system.workload import load_workload, workload_from_trace
+
+    if bool(workload_path) == bool(trace_path):
+        raise click.UsageError("give exactly one of --workload and --trace")
+    return load_workload(workload_path) if workload_path else workload_from_trace(trace_path)
+
+
+def _breakdown(result: dict) -> str:
+    parts = ", ".join(f"{k} {v / 1e6:.3f} ms" for k, v in result["breakdown_ns"].items() if v)
+    energy = sorted(result["energy_breakdown_pJ_per_token"].items(), key=lambda kv: -kv[1])[:6]
+    joules = ", ".join(f"{k} {v / 1e9:.2f} mJ" for k, v in energy)
+    lines = [f"  {result['system']} @ {result['context']} tokens: {parts}", f"    energy/token: {joules}"]
+    if result["pnm_model"]:
+        note = f" ({result['pnm_note']})" if result["pnm_note"] else ""
+        lines.append(f"    pnm model: {result['pnm_model']}{note}")
+    if result["qos"]:
+        q = result["qos"]
+        lines.append(f"    qos: slowdown {q['slowdown']}, Jain {q['jain_fairness']:.3f}, "
+                     f"violations: {'; '.join(q['violations']) or 'none'}")
+    return "\n".join(lines)
+
+
+@click.command("simulate")
+@click.argument("system")
+@click.option("--workload", "workload_path", help="Workload YAML or preset name (configs/workloads/).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="A logical trace to take the workload from.")
+@click.option("--contexts", help="Comma-separated contexts (4K,32K) instead of the workload's.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/1 tree here.")
+@click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
+              help="Override a system value, e.g. system.pool.devices=4 (repeatable).")
+@click.option("--quiet", is_flag=True, help="No table.")
+def simulate(system: str, workload_path: str | None, trace_path: str | None, contexts: str | None,
+             json_path: str | None, overrides: tuple[str, ...], quiet: bool) -> None:
+    """Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."""
+    from archsim.report.output import write_json
+    from archsim.system.config import load_system_config
+    from archsim.system.report import render_table, result_tree, run_comparison
+
+    start = time.perf_counter()
+    cfg = load_system_config(system, overrides)
+    workload = _workload(workload_path, trace_path)
+    results = run_comparison([cfg], workload, _contexts(contexts))
+    for r in results:
+        if not r.ok:  # a single system: a workload that fits nowhere in it is bad input
+            raise ConfigError(f"{r.status.removeprefix('infeasible: ')} (context {r.context} tokens, workload "
+                              f"{workload.name})", file=cfg.file, where=_WHERE_FULL[cfg.kv_location])
+    tree = result_tree([cfg], workload, results)
+    if json_path:
+        write_json(json_path, tree)
+    if not quiet:
+        click.echo(render_table(results, f"archsim simulate: {cfg.name} ({cfg.tier}), workload {workload.name}"))
+        for entry in tree["results"]:
+            click.echo(_breakdown(entry))
+        click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+
+
+@click.command("compare")
+@click.argument("systems", nargs=-1, required=True)
+@click.option("--workload", "workload_path", required=True, help="Workload YAML or preset name.")
+@click.option("--contexts", help="Comma-separated contexts, e.g. 4K,32K,128K (default: the workload's).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/1 tree here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a latency/energy plot (PNG).")
+@click.option("--quiet", is_flag=True, help="No table.")
+def compare(systems: Sequence[str], workload_path: str, contexts: str | None, json_path: str | None,
+            plot_path: str | None, quiet: bool) -> None:
+    """Several systems side by side on one workload: a table, JSON and a plot per system and context."""
+    from archsim.report.output import write_json
+    from archsim.system.config import load_system_config
+    from archsim.system.report import plot, render_table, result_tree, run_comparison
+    from archsim.system.workload import load_workload
+
+    start = time.perf_counter()
+    configs = [load_system_config(s) for s in systems]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    workload = load_workload(workload_path)
+    results = run_comparison(configs, workload, _contexts(contexts))
+    tree = result_tree(configs, workload, results)
+    if json_path:
+        write_json(json_path, tree)
+    title = f"archsim compare: workload {workload.name} ({workload.shape.name}, batch {workload.batch})"
+    if plot_path:
+        plot(results, plot_path, title)
+    if not quiet:
+        click.echo(render_table(results, title))
+    click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+
+
+__all__ = ["compare", "simulate"]

@@ -1,0 +1,239 @@
+"""One decode step of a workload on a system: per layer GPU work, attention where it is placed, link transfers.
+
+Per layer (all layers are identical; the step is L x layer + epilogue):
+
+* G1, KV in GPU HBM: t = roofline(weights) + roofline(KV read + append, attention FLOPs).
+* GPU attention on remote KV (G2, G3, RDMA, pools without PNM): the layer's KV is fetched over the links
+  (flow model) while the pool's DRAM serves it (memory core, paced by the links' delivery rate); fetch =
+  max(link, DRAM). `schedule.gpu_fetch: prefetch` (default) fetches layer l+1 while layer l computes, so
+  t = max(roofline(weights) + attention compute, fetch), and one route latency per step is exposed;
+  `serial`: t = roofline(weights) + max(fetch, attention compute).
+* PNM attention: t = roofline(weights) + queries in (flow) + PNM time (busiest unit) + outputs back (flow),
+  strictly in sequence: attention needs this layer's query, the next layer needs its output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from archsim.system.attention import PoolAttentionTime, pool_attention_time
+from archsim.system.config import SystemConfig
+from archsim.system.energy_model import step_energy
+from archsim.system.gpu import GpuWork, gpu_work, hbm_room_bytes, roofline_ns
+from archsim.system.kvstream import KvGeometry, channel_share, channel_stream, kv_geometry
+from archsim.system.links import LayerTraffic, analytic_share_GBps, fetch_traffic, pnm_traffic
+from archsim.system.pooldram import PoolDram, full_layer, sampled_layer
+from archsim.system.qos import QosResult, run_study
+from archsim.system.workload import Workload
+
+
+@dataclass
+class StepResult:
+    system: str
+    tier: str
+    context: int
+    status: str  # "ok" or "infeasible: why"
+    decode_step_ns: float | None = None
+    attention_ns: float | None = None
+    breakdown_ns: dict[str, float] = field(default_factory=dict)
+    analytic_decode_step_ns: float | None = None
+    link_bytes: dict[str, float] = field(default_factory=dict)
+    gpu_link_bytes: float = 0.0
+    kv_bytes: int = 0
+    energy_pJ_per_token: float | None = None
+    energy_breakdown_pJ_per_token: dict[str, float] = field(default_factory=dict)
+    bank_conflicts: float | None = None
+    row_hit_rate: float | None = None
+    dram_utilization: float | None = None
+    link_peak_utilization: float | None = None
+    l2_hit_rate: float | None = None
+    sram_hit_rate: float | None = None
+    qos: dict[str, Any] | None = None
+    pnm_model: str | None = None
+    pnm_note: str = ""
+    sampling: dict[str, Any] = field(default_factory=dict)
+    tokens: int = 0  # tokens one step produces (sequences over all instances)
+    gpu_clock_GHz: float = 1.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        def r6(v: float | None) -> float | None:
+            return None if v is None else round(float(v), 6)
+
+        out = {
+            "system": self.system, "tier": self.tier, "context": self.context, "status": self.status,
+            "decode_step_ns": r6(self.decode_step_ns), "attention_ns": r6(self.attention_ns),
+            "decode_step_cycles": None if self.decode_step_ns is None
+            else int(math.ceil(self.decode_step_ns * self.gpu_clock_GHz - 1e-9)),
+            "tokens_per_s": None if not self.decode_step_ns else r6(self.tokens / self.decode_step_ns * 1e9),
+            "analytic_decode_step_ns": r6(self.analytic_decode_step_ns),
+            "breakdown_ns": {k: r6(v) for k, v in self.breakdown_ns.items()},
+            "link_bytes": {k: r6(v) for k, v in sorted(self.link_bytes.items())},
+            "gpu_link_bytes": r6(self.gpu_link_bytes), "kv_bytes": self.kv_bytes,
+            "energy_pJ_per_token": r6(self.energy_pJ_per_token),
+            "energy_breakdown_pJ_per_token": {k: r6(v) for k, v in self.energy_breakdown_pJ_per_token.items()},
+            "bank_conflicts": r6(self.bank_conflicts), "row_hit_rate": r6(self.row_hit_rate),
+            "dram_utilization": r6(self.dram_utilization), "link_peak_utilization": r6(self.link_peak_utilization),
+            "l2_hit_rate": r6(self.l2_hit_rate), "sram_hit_rate": r6(self.sram_hit_rate), "qos": self.qos,
+            "pnm_model": self.pnm_model, "pnm_note": self.pnm_note, "sampling": self.sampling,
+        }
+        return out
+
+
+def _infeasible(system: SystemConfig, workload: Workload, context: int, geo: KvGeometry, work: GpuWork,
+                gpus_used: int) -> str | None:
+    tp = workload.tensor_parallel
+    room = hbm_room_bytes(system.gpus, work.weight_bytes // tp)
+    gib = 2**30
+    if room < 0:
+        return f"the weights ({work.weight_bytes / tp / gib:.1f} GiB per GPU) exceed the GPUs' HBM budget"
+    if system.kv_location == "gpu":
+        need = geo.step_bytes / gpus_used
+        if need > room:
+            return (f"KV {geo.step_bytes / gib:.1f} GiB needs {need / gib:.1f} GiB per GPU, "
+                    f"{room / gib:.1f} GiB of HBM left after the weights")
+    elif system.kv_location == "pool":
+        assert system.pool is not None
+        if geo.step_bytes > system.pool.capacity_bytes:
+            return f"KV {geo.step_bytes / gib:.1f} GiB exceeds the pool's {system.pool.capacity_bytes / gib:.1f} GiB"
+    elif system.kv_capacity_bytes is not None and geo.step_bytes > system.kv_capacity_bytes:
+        return f"KV {geo.step_bytes / gib:.1f} GiB exceeds the store's {system.kv_capacity_bytes / gib:.1f} GiB"
+    return None
+
+
+def _pool_dram(system: SystemConfig, geo: KvGeometry, order: str, rate: float | None) -> PoolDram:
+    pool, s = system.pool, system.sampling
+    assert pool is not None
+    tile = pool.pnm.tile_tokens if pool.pnm else 64
+    if s.channels == "all" or s.layers == "all":
+        return full_layer(pool.memory, geo, pool.devices, order, tile_tokens=tile,
+                          interleave_bytes=pool.host_fetch_interleave_bytes, pool_rate_GBps=rate,
+                          layers=geo.layers if s.layers == "all" else 1)
+    return sampled_layer(pool.memory, geo, pool.channels, order, tile_tokens=tile,
+                         interleave_bytes=pool.host_fetch_interleave_bytes, window=s.window_requests,
+                         pool_rate_GBps=rate)
+
+
+def _qos(system: SystemConfig, geo: KvGeometry) -> QosResult:
+    pool, s = system.pool, system.sampling
+    assert pool is not None and pool.pnm is not None and system.qos is not None
+    share = channel_share(geo, pool.channels)
+    stream = channel_stream(pool.memory, geo, share, "pnm", tile_tokens=pool.pnm.tile_tokens,
+                            interleave_bytes=pool.host_fetch_interleave_bytes, window=s.window_requests)
+    return run_study(pool.memory, stream.address, stream.is_write, stream.source, system.qos)
+
+
+def simulate_step(system: SystemConfig, workload: Workload, context: int) -> StepResult:
+    """The decode step at `context` cached tokens per sequence (see the module docstring)."""
+    gpus = system.gpus
+    instances = workload.instances_on(gpus.count, system.file)
+    tp = workload.tensor_parallel
+    gpus_used = instances * tp
+    geo = kv_geometry(workload.shape, workload.dtype, workload.batch * instances, context)
+    work = gpu_work(workload.shape, workload.dtype, workload.batch, workload.element_bytes)
+    result = StepResult(system.name, system.tier, context, "ok", kv_bytes=geo.step_bytes,
+                        tokens=workload.batch * instances, gpu_clock_GHz=gpus.clock_GHz)
+    reason = _infeasible(system, workload, context, geo, work, gpus_used)
+    if reason:
+        result.status = f"infeasible: {reason}"
+        return result
+    per_gpu = work.per_gpu(tp)
+    L = geo.layers
+    t_weights = roofline_ns(per_gpu.layer_weight_bytes, per_gpu.layer_flops, gpus)
+    t_epilogue = roofline_ns(per_gpu.epilogue_weight_bytes, per_gpu.epilogue_flops, gpus)
+    attn_flops_gpu = 2 * geo.layer_macs / gpus_used
+    kv_gpu_bytes = (geo.layer_bytes + geo.append_layer_bytes) / gpus_used
+    traffic: LayerTraffic | None = None
+    dram: PoolDram | None = None
+    pnm: PoolAttentionTime | None = None
+    qos: QosResult | None = None
+    exposed = 0.0
+    if system.kv_location == "gpu":
+        t_attn = roofline_ns(kv_gpu_bytes, attn_flops_gpu, gpus)
+        t_layer = t_weights + t_attn
+        analytic_layer = t_layer
+    else:
+        assert system.topology is not None and system.kv_endpoint is not None
+        names = system.gpu_endpoints(gpus_used)
+        if system.attention == "pnm":
+            pool = system.pool
+            assert pool is not None and pool.pnm is not None
+            traffic = pnm_traffic(system.topology, names, system.kv_endpoint, geo)
+            dram = _pool_dram(system, geo, "pnm", None)
+            share = channel_share(geo, pool.channels)
+            pnm = pool_attention_time(geo, share, pool.pnm, pool.memory, dram,
+                                      kind="mla" if workload.shape.attention == "mla" else "gqa",
+                                      sample_tokens=system.sampling.pnm_sample_tokens)
+            t_pool = pnm.time_ns
+            if system.qos is not None:
+                qos = _qos(system, geo)
+                t_pool *= qos.slowdown["pnm"]  # host traffic at the controllers stretches the PNM's loads
+            t_attn = traffic.time_ns[0] + t_pool + traffic.time_ns[1]
+            t_layer = t_weights + t_attn
+            peak_pool = pool.channels * dram.peak_bandwidth_GBps_per_channel
+            analytic_layer = (t_weights + 2 * traffic.route_latency_ns
+                              + max(geo.layer_bytes * pnm.sram.passes / peak_pool, pnm.compute_ns))
+        else:
+            traffic = fetch_traffic(system.topology, names, system.kv_endpoint, geo)
+            t_link = traffic.time_ns[0]
+            t_fetch = t_link
+            if system.kv_location == "pool":
+                dram = _pool_dram(system, geo, "host", traffic.kv_rate_GBps)
+                t_fetch = max(t_link, dram.time_ns + traffic.route_latency_ns)
+            # fetched KV is staged in HBM: the copy engine writes it, the attention kernel reads it
+            t_read = roofline_ns(kv_gpu_bytes, attn_flops_gpu, gpus)
+            t_attn = t_fetch + t_read
+            if system.gpu_fetch == "prefetch":
+                t_hbm = roofline_ns(per_gpu.layer_weight_bytes + 2 * kv_gpu_bytes,
+                                    per_gpu.layer_flops + attn_flops_gpu, gpus)
+                t_layer = max(t_hbm, t_fetch - traffic.route_latency_ns)
+                exposed = traffic.route_latency_ns
+            else:
+                t_layer = t_weights + t_attn
+            share_GBps = analytic_share_GBps(system.topology, names, system.kv_endpoint, None)
+            analytic_layer = max(t_weights + 2 * kv_gpu_bytes / gpus.hbm_bandwidth_GBps,
+                                 geo.layer_bytes / gpus_used / share_GBps)
+    step = L * t_layer + t_epilogue + exposed
+    result.decode_step_ns = step
+    result.attention_ns = L * t_attn
+    result.breakdown_ns = {"gpu_weights": L * t_weights, "attention": L * t_attn, "epilogue": t_epilogue,
+                           "exposed_latency": exposed}
+    if pnm is not None and traffic is not None:
+        result.breakdown_ns.update({"pnm": L * (t_attn - sum(traffic.time_ns)),
+                                    "link_queries": L * traffic.time_ns[0], "link_outputs": L * traffic.time_ns[1]})
+    elif traffic is not None:
+        result.breakdown_ns["link_fetch"] = L * traffic.time_ns[0]
+        if dram is not None:
+            result.breakdown_ns["pool_dram"] = L * dram.time_ns
+    result.analytic_decode_step_ns = L * analytic_layer + t_epilogue
+    if traffic is not None:
+        result.link_bytes = {k: v * L for k, v in traffic.link_bytes().items()}
+        result.gpu_link_bytes = sum(v for k, v in result.link_bytes.items()
+                                    if any(f":{g}->" in k or k.endswith(f"->{g}") for g in names))
+        result.link_peak_utilization = traffic.peak_utilization()
+    if dram is not None:
+        result.bank_conflicts = dram.bank_conflicts * L
+        result.row_hit_rate = dram.row_hit_rate
+        result.dram_utilization = dram.utilization
+        result.sampling = _sampling(system, dram)
+    if pnm is not None:
+        result.pnm_model, result.pnm_note = pnm.model, pnm.note
+        result.sram_hit_rate = pnm.sram.hit_rate
+    if qos is not None:
+        result.qos = qos.as_dict()
+    energy = step_energy(system, workload, geo, work, instances, step, traffic, dram, pnm)
+    result.energy_breakdown_pJ_per_token = {k: v / result.tokens for k, v in energy.items()}
+    result.energy_pJ_per_token = sum(energy.values()) / result.tokens
+    return result
+
+
+def _sampling(system: SystemConfig, dram: PoolDram) -> dict[str, Any]:
+    s = system.sampling
+    return {"layers": s.layers, "channels": s.channels, "window_requests": s.window_requests,
+            "replayed_requests": dram.replayed_requests, "channel_stream_requests": dram.full_requests,
+            "channels_replayed": dram.channels_replayed, "layers_replayed": dram.layers_replayed}

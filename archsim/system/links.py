@@ -1,0 +1,81 @@
+"""One layer's traffic between the GPUs and the KV's home, through the interconnect's flow model.
+
+Every GPU of every model instance moves its share at once (its KV heads: tensor parallelism splits them), so
+flows from several GPUs meet on the switch's pool port and share it max-min fairly (archsim.interconnect).
+
+* GPU attention on remote KV: KV flows home -> GPU (the whole layer's KV), appends GPU -> home.
+* PNM attention: query + append flows GPU -> pool, then, after the PNM's work, output flows pool -> GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from archsim.interconnect import Flow, FlowSchedule, Topology, simulate_flows
+from archsim.system.kvstream import KvGeometry
+
+
+@dataclass(frozen=True)
+class LayerTraffic:
+    schedules: tuple[FlowSchedule, ...]  # one per phase (fetch; or queries then outputs)
+    time_ns: tuple[float, ...]  # makespan of each phase, route latency included
+    kv_rate_GBps: float | None  # aggregate payload rate of the KV fetch (paces the pool DRAM), None for PNM
+    route_latency_ns: float
+
+    def link_bytes(self) -> dict[str, float]:
+        """Payload bytes per link direction for the layer, all phases."""
+        out: dict[str, float] = {}
+        for sched in self.schedules:
+            for usage in sched.links:
+                out[usage.name] = out.get(usage.name, 0.0) + usage.payload_bytes
+        return out
+
+    def wire_bits(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for sched in self.schedules:
+            for key, bits in sched.wire_bits_by_protocol().items():
+                out[key] = out.get(key, 0.0) + bits
+        return out
+
+    def peak_utilization(self) -> float:
+        """Highest epoch rate over capacity, any link direction, any phase (<= 1 by the flow model)."""
+        return max((u.peak_rate_GBps / u.capacity_GBps for s in self.schedules for u in s.links), default=0.0)
+
+
+def analytic_share_GBps(topology: Topology, gpus: list[str], src_of: str | None, dst_of: str | None) -> float:
+    """Closed-form check of the flow model: each GPU's rate if every shared link direction were split evenly
+    among the GPUs crossing it (the smallest such share over the route). One of src_of/dst_of is the home."""
+    routes = [topology.route(src_of or g, dst_of or g) for g in gpus]
+    users: dict[int, int] = {}
+    for r in routes:
+        for h in r.hops:
+            users[topology.resource(h)] = users.get(topology.resource(h), 0) + 1
+    return min(min(h.capacity_GBps / users[topology.resource(h)] for h in r.hops) for r in routes)
+
+
+def _route_latency(topology: Topology, a: str, b: str) -> float:
+    return topology.route(a, b).latency_ns + topology.endpoints[a].access_latency_ns
+
+
+def fetch_traffic(topology: Topology, gpus: list[str], home: str, geo: KvGeometry) -> LayerTraffic:
+    """The layer's KV from `home` to the GPUs (each its share), and the appends back, concurrently."""
+    n = len(gpus)
+    flows = [Flow(home, g, geo.layer_bytes / n, name=f"kv->{g}") for g in gpus]
+    flows += [Flow(g, home, geo.append_layer_bytes / n, name=f"append<-{g}") for g in gpus]
+    sched = simulate_flows(topology, flows)
+    kv = [r for r in sched.flows if r.flow.name.startswith("kv->")]
+    first = min(r.first_byte_ns for r in kv)
+    last = max(r.last_byte_sent_ns for r in kv)
+    rate = geo.layer_bytes / (last - first) if last > first else None
+    makespan = max(r.completion_ns for r in kv)
+    return LayerTraffic((sched,), (makespan,), rate, _route_latency(topology, home, gpus[0]))
+
+
+def pnm_traffic(topology: Topology, gpus: list[str], pool: str, geo: KvGeometry) -> LayerTraffic:
+    """Queries (with the new token's K and V) to the pool, outputs back: two phases around the PNM's work."""
+    n = len(gpus)
+    inbound = simulate_flows(topology, [Flow(g, pool, (geo.query_layer_bytes + geo.append_layer_bytes) / n,
+                                             name=f"q<-{g}") for g in gpus])
+    outbound = simulate_flows(topology, [Flow(pool, g, geo.output_layer_bytes / n, name=f"o->{g}") for g in gpus])
+    return LayerTraffic((inbound, outbound), (inbound.makespan_ns, outbound.makespan_ns), None,
+                        _route_latency(topology, gpus[0], pool))

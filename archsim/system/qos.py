@@ -1,0 +1,230 @@
+"""Host/PNM interference at a pool controller: mixed request streams, the alone runs, slowdowns, fairness.
+
+The study runs on one channel (the busiest PNM unit's): its PNM stream (KV reads, source 1, plus the host's
+KV appends) and a background host stream (other tenants, prefix-reuse reads: source 0) at a configured share
+of the channel's peak bandwidth. Three replays through the memory core:
+
+* PNM alone, every request released at cycle 0 (the unit's DMA keeps the queues full); the cycle each
+  request is accepted is the PNM's *demand curve* when nobody else uses the channel;
+* host alone, paced at its configured rate;
+* mixed: the PNM requests released along their demand curve, the host requests at their pace, merged by
+  release time. The controller's arbiter (`qos.policy`, today only `shared`) decides who is served.
+
+Metrics: per-source bandwidth and read latency p50/p99; slowdown = PNM finish time mixed / alone, host mean
+read latency (from release, queueing included) mixed / alone; Jain's fairness index over 1 / slowdown;
+row-buffer interference (a row opened for one source closed for the other) and bank conflicts by the source
+that holds the bank; violations of configured targets and reservations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from archsim.config.memory import ARBITERS, SOURCES, MemoryConfig
+from archsim.config.section import Section
+from archsim.memory import ReplayResult, Requests, replay
+from archsim.units import parse_time_ns
+
+PATTERNS = ("random", "sequential")
+_TARGETS = ("pnm_slowdown", "host_slowdown", "host_read_p99", "pnm_read_p99")
+
+
+@dataclass(frozen=True)
+class HostTraffic:
+    bandwidth_share: float  # of one channel's peak bandwidth
+    pattern: str
+    read_fraction: float
+    region_bytes: int  # random traffic spreads over this much of the channel
+
+
+@dataclass(frozen=True)
+class QosSpec:
+    policy: str
+    host: HostTraffic | None
+    reservation: dict[str, float]  # source -> guaranteed share of the channel's peak bandwidth
+    targets: dict[str, float]  # pnm_slowdown / host_slowdown (ratios), host_read_p99 / pnm_read_p99 (ns)
+
+
+def parse_qos(s: Section) -> QosSpec:
+    policy = s.choice("policy", ARBITERS.names(), "shared")
+    host = None
+    if s.has("host_traffic"):
+        h = s.sub("host_traffic")
+        share = h.float("bandwidth_share")
+        pattern = h.choice("pattern", PATTERNS, "random")
+        reads = h.float("read_fraction", 1.0)
+        region = h.int("region_bytes", 256 << 20, minimum=1 << 16)
+        h.done()
+        if not 0 < share <= 1:
+            raise h.error("bandwidth_share", f"must lie in (0, 1], got {share}")
+        if not 0 <= reads <= 1:
+            raise h.error("read_fraction", f"must lie in [0, 1], got {reads}")
+        host = HostTraffic(share, pattern, reads, region)
+    r = s.sub("reservation", {})
+    reservation = {src: r.float(src) for src in SOURCES if r.has(src)}
+    r.done()
+    for src, value in reservation.items():
+        if not 0 <= value <= 1:
+            raise r.error(src, f"a reservation is a share of the channel's bandwidth in [0, 1], got {value}")
+    if sum(reservation.values()) > 1 + 1e-9:
+        total = " + ".join(f"{v:g}" for v in reservation.values())
+        raise s.error("reservation", f"reservations add up to {total} = {100 * sum(reservation.values()):.0f} % "
+                                     "of the channel's bandwidth (more than 100 %)")
+    t = s.sub("targets", {})
+    targets: dict[str, float] = {}
+    for key in _TARGETS:
+        if t.has(key):
+            targets[key] = t.parsed(key, parse_time_ns) if key.endswith("p99") else t.float(key)
+            if targets[key] <= 0:
+                raise t.error(key, f"must be positive, got {targets[key]}")
+    t.done()
+    s.done()
+    return QosSpec(policy, host, reservation, targets)
+
+
+@dataclass(frozen=True)
+class QosResult:
+    sources: dict[str, dict[str, float]]
+    slowdown: dict[str, float]
+    jain_fairness: float
+    interference: dict[str, int]
+    violations: list[str]
+    mixed: ReplayResult
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sources": self.sources, "slowdown": self.slowdown, "jain_fairness": self.jain_fairness,
+                "interference": self.interference, "violations": list(self.violations)}
+
+
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one takes everything."""
+    x = np.asarray(values, dtype=float)
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum())) if len(x) and (x**2).sum() > 0 else 1.0
+
+
+def host_stream(memory: MemoryConfig, traffic: HostTraffic, channel: int, span_cycles: int,
+                seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Background host requests in `channel` (upper half of its space) over `span_cycles`: address, write, cycle."""
+    from archsim.system.kvstream import channel_local_to_physical
+
+    org, timing = memory.organization, memory.timing
+    access = org.access_bytes
+    peak_per_channel = org.n_pseudo_channels * org.bus_width_bits * timing.data_rate_gbps / 8 / org.n_channels
+    bytes_per_cycle = traffic.bandwidth_share * peak_per_channel * timing.tCK_ns
+    n = max(1, int(span_cycles * bytes_per_cycle / access))
+    rng = np.random.default_rng(seed)
+    half = org.capacity_bytes // org.n_channels // 2
+    region = min(traffic.region_bytes, half) // access
+    sequential = traffic.pattern == "sequential"
+    slots = np.arange(n, dtype=np.int64) % region if sequential else rng.integers(0, region, n)
+    local = (half + slots * access).astype(np.uint64)
+    address = channel_local_to_physical(memory.mapping, local, channel)
+    is_write = (rng.random(n) >= traffic.read_fraction).astype(np.uint8)
+    cycles = np.floor(np.arange(n) * access / bytes_per_cycle).astype(np.int64)
+    return address, is_write, cycles
+
+
+def _interference(memory: MemoryConfig, result: ReplayResult) -> dict[str, int]:
+    """Rows closed for the other source and bank conflicts by the source holding the bank, from the per-request
+    outcomes in completion order per bank (the request that opened a row is the last miss/conflict before)."""
+    org = memory.organization
+    dec = memory.mapping.decode(result.requests.address)
+    bank = result.pseudo_channel.astype(np.int64) * org.banks_per_pseudo_channel + dec.bank_in_pseudo_channel(org)
+    order = np.lexsort((result.done_cycle, bank))
+    src = result.requests.source[order].astype(np.int64)
+    klass = result.request_class[order]
+    conflict = result.bank_conflict[order].astype(bool)
+    b = bank[order]
+    opens = (klass == 1) | (klass == 2)
+    # the opener's source of the row each request found: carry the last opener forward within a bank
+    idx = np.where(opens, np.arange(len(b)), -1)
+    idx = np.maximum.accumulate(idx)
+    prev_idx = np.concatenate([[-1], idx[:-1]])
+    same_bank = np.concatenate([[False], b[1:] == b[:-1]])
+    valid = same_bank & (prev_idx >= 0)
+    holder = np.where(valid, src[np.maximum(prev_idx, 0)], -1)
+    out: dict[str, int] = {}
+    for a, name_a in enumerate(SOURCES):
+        for h, name_h in enumerate(SOURCES):
+            if a == h:
+                continue
+            out[f"rows_of_{name_h}_closed_by_{name_a}"] = int(((klass == 2) & (src == a) & (holder == h)).sum())
+            out[f"bank_conflicts_{name_a}_vs_{name_h}"] = int((conflict & (src == a) & (holder == h)).sum())
+        out[f"bank_conflicts_{name_a}"] = int((conflict & (src == a)).sum())
+    return out
+
+
+def _source_stats(result: ReplayResult, code: int, tck: float, peak: float) -> dict[str, float]:
+    req = result.requests
+    sel = req.source == code
+    reads = sel & (req.is_write == 0)
+    lat = (result.done_cycle - result.accept_cycle)[reads] * tck
+    total = (result.done_cycle - req.timestamp_cycles)[reads] * tck
+    span = max(1, result.total_cycles) * tck
+    bw = float(np.where(result.request_class[sel] != 3, 1, 0).sum()) * result.config.organization.access_bytes / span
+
+    def pct(a: np.ndarray, q: float) -> float:
+        return float(np.percentile(a, q)) if a.size else 0.0
+
+    return {"requests": int(sel.sum()), "bandwidth_GBps": round(bw, 6), "share_of_peak": round(bw / peak, 6),
+            "read_latency_ns_p50": round(pct(lat, 50), 3), "read_latency_ns_p99": round(pct(lat, 99), 3),
+            "read_total_latency_ns_mean": round(float(total.mean()) if total.size else 0.0, 3),
+            "finish_ns": round(float(result.done_cycle[sel].max()) * tck if sel.any() else 0.0, 3)}
+
+
+def run_study(memory: MemoryConfig, pnm_address: np.ndarray, pnm_is_write: np.ndarray, pnm_source: np.ndarray,
+              spec: QosSpec, channel: int = 0) -> QosResult:
+    org, tck = memory.organization, memory.timing.tCK_ns
+    peak = org.n_pseudo_channels * org.bus_width_bits * memory.timing.data_rate_gbps / 8 / org.n_channels
+    zeros = np.zeros(len(pnm_address), dtype=np.int64)
+    alone = replay(memory, Requests.build(zeros, pnm_address, pnm_is_write, pnm_source))
+    stats = {"pnm_alone": _source_stats(alone, 1, tck, peak)}
+    if spec.host is None:
+        mixed = alone
+        host_alone_stats = None
+    else:
+        h_addr, h_write, h_cycle = host_stream(memory, spec.host, channel, alone.total_cycles)
+        h_src = np.zeros(len(h_addr), dtype=np.uint8)
+        host_alone = replay(memory, Requests.build(h_cycle, h_addr, h_write, h_src))
+        host_alone_stats = _source_stats(host_alone, 0, tck, peak)
+        demand = alone.accept_cycle.astype(np.int64)
+        cycles = np.concatenate([demand, h_cycle])
+        tie = np.concatenate([np.arange(len(demand)) * 2, np.arange(len(h_cycle)) * 2 + 1])
+        order = np.lexsort((tie, cycles))
+        mixed = replay(memory, Requests.build(cycles[order], np.concatenate([pnm_address, h_addr])[order],
+                                              np.concatenate([pnm_is_write, h_write])[order],
+                                              np.concatenate([pnm_source, h_src])[order]))
+    sources = {"pnm": _source_stats(mixed, 1, tck, peak), "host": _source_stats(mixed, 0, tck, peak),
+               "pnm_alone": stats["pnm_alone"]}
+    slowdown = {"pnm": sources["pnm"]["finish_ns"] / max(stats["pnm_alone"]["finish_ns"], 1e-9)}
+    if host_alone_stats is not None:
+        sources["host_alone"] = host_alone_stats
+        slowdown["host"] = (sources["host"]["read_total_latency_ns_mean"]
+                            / max(host_alone_stats["read_total_latency_ns_mean"], 1e-9))
+    slowdown = {k: round(v, 6) for k, v in slowdown.items()}
+    fairness = round(jain_index([1 / v for v in slowdown.values()]), 6)
+    violations = _violations(spec, sources, slowdown, host_alone_stats)
+    return QosResult(sources, slowdown, fairness, _interference(memory, mixed), violations, mixed)
+
+
+def _violations(spec: QosSpec, sources: dict[str, dict[str, float]], slowdown: dict[str, float],
+                host_alone: dict[str, float] | None) -> list[str]:
+    out = []
+    checks = (("pnm_slowdown", slowdown.get("pnm")), ("host_slowdown", slowdown.get("host")),
+              ("host_read_p99", sources["host"]["read_latency_ns_p99"] if host_alone else None),
+              ("pnm_read_p99", sources["pnm"]["read_latency_ns_p99"]))
+    for key, value in checks:
+        if key in spec.targets and value is not None and value > spec.targets[key]:
+            out.append(f"targets.{key}: {value:g} > {spec.targets[key]:g}")
+    demand = {"pnm": sources["pnm_alone"]["share_of_peak"],
+              "host": host_alone["share_of_peak"] if host_alone else 0.0}
+    for src, reserved in spec.reservation.items():
+        wanted = min(reserved, demand[src])  # a source that asks for less than its reservation is owed only that
+        got = sources[src]["share_of_peak"]
+        if got + 1e-6 < wanted * 0.98:
+            out.append(f"reservation.{src}: got {100 * got:.1f} % of the channel, reserved {100 * reserved:.1f} % "
+                       f"(demand {100 * demand[src]:.1f} %)")
+    return out

@@ -1,0 +1,131 @@
+"""Comparison runs and their outputs: the `archsim.system/1` JSON tree, the side-by-side table and the plot.
+
+The JSON's `results` list (one entry per system and context) is a stable contract: `system`, `context`,
+`decode_step_ns`, `attention_ns`, `link_bytes`, `energy_pJ_per_token`, `bank_conflicts`, `row_hit_rate`
+(null where a system has no such part, or for an infeasible point, whose `status` says why). No host
+timings go into it, so the same inputs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from archsim.system.config import SystemConfig
+from archsim.system.decode import StepResult, simulate_step
+from archsim.system.workload import Workload
+
+SCHEMA = "archsim.system/1"
+CONTRACT = ("system", "context", "decode_step_ns", "attention_ns", "link_bytes", "energy_pJ_per_token",
+            "bank_conflicts", "row_hit_rate")
+
+
+def run_comparison(systems: Sequence[SystemConfig], workload: Workload,
+                   contexts: Sequence[int] | None = None) -> list[StepResult]:
+    ctxs = tuple(contexts) if contexts else workload.contexts
+    return [simulate_step(system, workload, c) for system in systems for c in ctxs]
+
+
+def _system_summary(system: SystemConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": system.name, "tier": system.tier, "description": system.description,
+                           "file": system.file, "attention": system.attention, "kv_location": system.kv_location,
+                           "kv_endpoint": system.kv_endpoint, "gpus": system.gpus.count,
+                           "interconnect": system.topology.description if system.topology else None,
+                           "energy_table": system.energy.file}
+    if system.pool is not None:
+        pool = system.pool
+        out["pool"] = {"memory": pool.memory.standard, "devices": pool.devices,
+                       "stacks_per_device": pool.memory.organization.stacks, "channels": pool.channels,
+                       "capacity_bytes": pool.capacity_bytes,
+                       "pnm_units": pool.channels if pool.pnm else 0,
+                       "pnm_model_requested": pool.pnm.model if pool.pnm else None,
+                       "l2": pool.l2 is not None}
+        s = system.sampling
+        out["sampling"] = {"layers": s.layers, "channels": s.channels, "window_requests": s.window_requests,
+                           "pnm_sample_tokens": list(s.pnm_sample_tokens)}
+    return out
+
+
+def result_tree(systems: Sequence[SystemConfig], workload: Workload, results: Sequence[StepResult]) -> dict[str, Any]:
+    shape = workload.shape
+    return {
+        "schema": SCHEMA,
+        "workload": {"name": workload.name, "model": shape.name, "layers": shape.num_layers, "dtype": workload.dtype,
+                     "batch": workload.batch, "tensor_parallel": workload.tensor_parallel,
+                     "instances": workload.instances, "decode_steps": workload.decode_steps,
+                     "source": workload.source},
+        "systems": [_system_summary(s) for s in systems],
+        "results": [r.as_dict() for r in results],
+    }
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 2) -> str:
+    return "-" if value is None else f"{value / scale:,.{digits}f}"
+
+
+def _tokens(n: int) -> str:
+    return f"{n // 1024}K" if n % 1024 == 0 else str(n)
+
+
+HEADER = ("system", "ctx", "step ms", "Mcycles", "attn ms", "tok/s", "GPU-link MB", "mJ/token", "bank confl",
+          "row hit", "L2 hit", "SRAM hit", "QoS slowdn", "status")
+
+
+def table_rows(results: Sequence[StepResult]) -> list[tuple[str, ...]]:
+    rows = []
+    for r in results:
+        d = r.as_dict()
+        qos = "-"
+        if d["qos"]:
+            qos = "/".join(f"{k} {v:.2f}" for k, v in d["qos"]["slowdown"].items())
+        rows.append((r.system, _tokens(r.context), _fmt(d["decode_step_ns"], 1e6, 3),
+                     _fmt(d["decode_step_cycles"], 1e6, 2), _fmt(d["attention_ns"], 1e6, 3),
+                     _fmt(d["tokens_per_s"], 1, 0), _fmt(d["gpu_link_bytes"] if r.ok else None, 1e6, 1),
+                     _fmt(d["energy_pJ_per_token"], 1e9, 1), _fmt(d["bank_conflicts"], 1, 0),
+                     _fmt(d["row_hit_rate"], 0.01, 1), _fmt(d["l2_hit_rate"], 0.01, 1),
+                     _fmt(d["sram_hit_rate"], 0.01, 1), qos, "ok" if r.ok else d["status"]))
+    return rows
+
+
+def render_table(results: Sequence[StepResult], title: str = "") -> str:
+    rows = [HEADER, *table_rows(results)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    lines = [title] if title else []
+    for row in rows:
+        cells = [c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row[:-1], widths, strict=True))]
+        lines.append("  ".join(cells) + "  " + row[-1])
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[StepResult], path: str | Path, title: str = "") -> None:
+    """Decode-step latency and energy per token against context, one line per system (log scales)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    systems = list(dict.fromkeys(r.system for r in results))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in systems:
+        pts = [r for r in results if r.system == name and r.ok]
+        if not pts:
+            continue
+        ctx = [r.context for r in pts]
+        axes[0].plot(ctx, [r.decode_step_ns / 1e6 for r in pts], marker="o", label=name)
+        axes[1].plot(ctx, [r.energy_pJ_per_token / 1e9 for r in pts], marker="o", label=name)
+    for ax, label in zip(axes, ("decode step latency (ms)", "energy per token (mJ)"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp{target.suffix}")
+    fig.savefig(tmp, dpi=120, metadata={"Software": None})
+    plt.close(fig)
+    tmp.replace(target)  # atomic: a reader sees the old plot or the new one

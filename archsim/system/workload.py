@@ -1,0 +1,156 @@
+"""Decode workloads (`configs/workloads/*.yaml`), or one read back from a logical trace.
+
+    workload:
+      name: llama3-70b-b16
+      description: one line
+      model: llama-3.1-70b          # a preset of archsim/models/presets
+      layers: 80                    # optional: cut the model (tests)
+      dtype: bfloat16               # optional: the preset's dtype
+      batch: 16                     # sequences per model instance
+      tensor_parallel: 8            # GPUs per model instance (KV heads split across them)
+      instances: 1                  # optional: model instances sharing the pool (default: GPUs / tensor_parallel)
+      contexts: [4K, 32K, 128K]     # cached tokens per sequence before the step (K = 1024)
+      decode_steps: 64
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from archsim.config.section import Section
+from archsim.errors import ConfigError, TraceError
+from archsim.models import ModelShape, dtype_bytes, load_preset
+from archsim.models.shape import ModelShape as _Shape
+
+WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "configs" / "workloads"
+_TOKENS = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    shape: ModelShape
+    dtype: str
+    batch: int
+    tensor_parallel: int
+    instances: int | None  # None: as many as the system's GPUs allow
+    contexts: tuple[int, ...]
+    decode_steps: int
+    source: str  # the YAML file or the trace it came from
+
+    @property
+    def element_bytes(self) -> int:
+        return dtype_bytes(self.dtype)
+
+    def instances_on(self, gpus: int, file: str | None) -> int:
+        """Model instances a system with `gpus` GPUs runs (checked against the GPU count)."""
+        if self.tensor_parallel > gpus:
+            raise ConfigError(f"tensor_parallel {self.tensor_parallel} needs more GPUs than the system's {gpus}",
+                              file=self.source, where="workload.tensor_parallel")
+        n = self.instances if self.instances is not None else gpus // self.tensor_parallel
+        if n * self.tensor_parallel > gpus:
+            raise ConfigError(f"{n} instances x tensor_parallel {self.tensor_parallel} need more GPUs than the "
+                              f"system's {gpus} (in {file})", file=self.source, where="workload.instances")
+        return n
+
+
+def parse_tokens(value: object, where: str) -> int:
+    """A token count: 4096, "4K" (x1024) or "1M" (x1024^2)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    m = _TOKENS.match(str(value)) if isinstance(value, str) else None
+    if not m or int(m.group(1)) <= 0:
+        raise ConfigError(f"expected a positive token count like 4096 or 32K, got {value!r}", where=where)
+    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+
+
+def resolve_workload_path(name_or_path: str | Path) -> Path:
+    p = Path(name_or_path)
+    if p.exists() or p.suffix:
+        return p
+    preset = WORKLOADS_DIR / f"{name_or_path}.yaml"
+    if not preset.exists():
+        known = ", ".join(sorted(q.stem for q in WORKLOADS_DIR.glob("*.yaml")))
+        raise ConfigError(f"no workload file or preset {str(name_or_path)!r} (presets: {known})")
+    return preset
+
+
+def load_workload(name_or_path: str | Path) -> Workload:
+    path = resolve_workload_path(name_or_path)
+    try:
+        tree = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
+    return workload_from_mapping(tree, file=str(path))
+
+
+def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:
+    top = Section(tree, "", file)
+    s = top.sub("workload")
+    top.done()
+    name = s.str("name")
+    description = s.str("description", "")
+    model = s.str("model")
+    try:
+        preset = load_preset(model)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=file, where=s.where("model")) from None
+    shape = preset.shape()
+    if s.has("layers"):
+        layers = s.int("layers", minimum=1)
+        shape = shape.with_layers(layers)
+    dtype = s.str("dtype", preset.dtype)
+    try:
+        dtype_bytes(dtype)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=file, where=s.where("dtype")) from None
+    batch = s.int("batch", minimum=1)
+    tp = s.int("tensor_parallel", 1, minimum=1)
+    instances = s.int("instances", minimum=1) if s.has("instances") else None
+    raw = s.raw("contexts")
+    if not isinstance(raw, list) or not raw:
+        raise s.error("contexts", f"expected a non-empty list of token counts, got {raw!r}")
+    contexts = tuple(parse_tokens(v, f"{s.where('contexts')}[{i}]") for i, v in enumerate(raw))
+    steps = s.int("decode_steps", 1, minimum=1)
+    s.done()
+    if shape.kv_cache_heads % tp and shape.attention != "mla":
+        raise ConfigError(f"{shape.kv_cache_heads} KV heads do not split over tensor_parallel {tp}", file=file,
+                          where=s.where("tensor_parallel"))
+    return Workload(name, description, shape, dtype, batch, tp, instances, contexts, steps, file or "<mapping>")
+
+
+def workload_from_trace(path: str | Path) -> Workload:
+    """The decode workload a logical trace records: model shape and dtype from its header, batch from its
+    requests, the context from the first decode step's K reads, the number of decode steps."""
+    from archsim.trace.logical import KIND_K, OP_READ, PHASE_DECODE, LogicalTrace
+
+    with LogicalTrace(path) as trace:
+        header = trace.header
+        columns = trace.read(["step", "phase", "op", "kind", "layer", "token_count", "request"])
+    model = header.get("model", {})
+    if "shape" not in model:
+        raise TraceError("the trace header has no model shape", file=str(path), where="header.model.shape")
+    shape = _Shape(**model["shape"])
+    decode = columns["phase"] == PHASE_DECODE
+    if not decode.any():
+        raise TraceError("the trace holds no decode step", file=str(path), where="phase")
+    steps = np.unique(columns["step"][decode])
+    first = decode & (columns["step"] == steps[0])
+    k_reads = first & (columns["kind"] == KIND_K) & (columns["op"] == OP_READ) & (columns["layer"] == 0)
+    if not k_reads.any():
+        raise TraceError("the first decode step reads no K cache in layer 0", file=str(path), where="kind")
+    context = int(columns["token_count"][k_reads].max()) - 1  # the read covers the cache after the append
+    requests = columns["request"][first]
+    batch = int(len(np.unique(requests[requests >= 0]))) or 1
+    name = f"trace:{Path(path).name}"
+    return Workload(name, f"decode steps of {path}", shape, str(header.get("dtype", "bfloat16")), batch, 1, 1,
+                    (max(1, context),), int(len(steps)), str(path))

@@ -1,0 +1,151 @@
+"""The system model's sanity laws on the shipped presets: what crosses the link with and without PNM, G1.5 never
+slower than G2.5, no link or DRAM above its peak, energy that adds up, the analytic estimate beside each result."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import yaml
+
+from archsim.system import load_system_config, load_workload, simulate_step, system_config_from_mapping
+from archsim.system.kvstream import kv_geometry
+from tests.conftest import REPO
+
+CONTEXTS = (4096, 32768, 131072)
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return load_workload("llama3-70b-b16")
+
+
+@pytest.fixture(scope="module")
+def systems():
+    return {name: load_system_config(name) for name in ("g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm",
+                                                        "host-dram", "nvme", "rdma-pool")}
+
+
+@pytest.fixture(scope="module")
+def results(systems, workload):
+    return {(name, c): simulate_step(cfg, workload, c) for name, cfg in systems.items() for c in CONTEXTS}
+
+
+def _layer_bytes(workload, context):
+    geo = kv_geometry(workload.shape, workload.dtype, workload.batch, context)
+    return geo
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("name", ["g25", "g15"])
+def test_with_pnm_the_link_carries_queries_outputs_and_appends_only(results, workload, name, context):
+    r = results[(name, context)]
+    geo = _layer_bytes(workload, context)
+    expected = geo.layers * (geo.query_layer_bytes + geo.output_layer_bytes + geo.append_layer_bytes)
+    # queries: 16 sequences x 64 heads x 128 x fp32 = 512 KiB per layer, outputs the same, appends 64 KiB
+    assert expected == 80 * (524288 + 524288 + 65536)
+    assert r.gpu_link_bytes == pytest.approx(expected, rel=1e-12)
+    assert r.gpu_link_bytes * 200 < r.kv_bytes  # orders of magnitude below the KV the PNM reads
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("name", ["g25-nopnm", "g15-nopnm", "host-dram", "rdma-pool"])
+def test_without_pnm_the_link_carries_the_kv(results, workload, name, context):
+    r = results[(name, context)]
+    geo = _layer_bytes(workload, context)
+    assert r.kv_bytes == geo.step_bytes == 16 * (context + 1) * 80 * 8 * 2 * 128 * 2
+    assert r.gpu_link_bytes == pytest.approx(geo.step_bytes + geo.layers * geo.append_layer_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("pair", [("g15", "g25"), ("g15-nopnm", "g25-nopnm")])
+def test_g15_is_never_slower_than_g25_on_the_same_pool(results, pair, context):
+    fast, slow = results[(pair[0], context)], results[(pair[1], context)]
+    assert fast.ok and slow.ok
+    assert fast.decode_step_ns <= slow.decode_step_ns
+    assert fast.attention_ns <= slow.attention_ns
+
+
+def test_g15_is_never_slower_than_g25_for_a_single_sequence(systems):
+    w = load_workload("llama3-70b-b1")
+    for pair in (("g15", "g25"), ("g15-nopnm", "g25-nopnm")):
+        for c in CONTEXTS:
+            assert (simulate_step(systems[pair[0]], w, c).decode_step_ns
+                    <= simulate_step(systems[pair[1]], w, c).decode_step_ns)
+
+
+def test_no_link_or_dram_carries_more_than_its_peak(results, systems):
+    for (name, context), r in results.items():
+        if not r.ok:
+            continue
+        if r.link_peak_utilization is not None:
+            assert r.link_peak_utilization <= 1 + 1e-9, (name, context)
+        cfg = systems[name]
+        if r.dram_utilization is not None:
+            assert 0 < r.dram_utilization <= 1, (name, context)
+            pool = cfg.pool
+            org, timing = pool.memory.organization, pool.memory.timing
+            peak = pool.devices * org.n_pseudo_channels * org.bus_width_bits * timing.data_rate_gbps / 8
+            dram_ns = r.breakdown_ns.get("pool_dram") or r.breakdown_ns["pnm"]
+            assert r.kv_bytes / dram_ns <= peak, (name, context)  # the pool's DRAM moved the KV below its peak
+        if r.gpu_link_bytes and cfg.attention == "gpu":
+            # the KV cannot cross the GPUs' links faster than their summed payload bandwidth
+            gpu_link = min(h.capacity_GBps for h in cfg.topology.route(cfg.kv_endpoint, "gpu0").hops)
+            assert r.kv_bytes / r.attention_ns <= 8 * gpu_link * (1 + 1e-9), (name, context)
+
+
+def test_g1_is_capacity_bound_and_the_pool_is_not(results):
+    assert results[("gpu-hbm", 32768)].ok
+    assert results[("gpu-hbm", 131072)].status.startswith("infeasible: KV 640.0 GiB")
+    assert results[("g25", 131072)].ok and results[("g15", 131072)].ok
+
+
+def test_pnm_beats_fetching_the_kv_back_and_the_gap_grows_with_context(results):
+    gains = [results[("g25-nopnm", c)].decode_step_ns / results[("g25", c)].decode_step_ns for c in CONTEXTS]
+    assert all(g > 5 for g in gains)
+    assert gains == sorted(gains)
+    # PNM reads the KV at the controller: fewer pJ per token than moving it over CXL to the GPUs
+    for c in CONTEXTS:
+        assert results[("g25", c)].energy_pJ_per_token < results[("g25-nopnm", c)].energy_pJ_per_token
+
+
+def test_simulated_step_lies_near_its_analytic_estimate(results):
+    for (name, context), r in results.items():
+        if r.ok:
+            ratio = r.decode_step_ns / r.analytic_decode_step_ns
+            assert 0.99 <= ratio <= 1.5, (name, context, ratio)  # the analytic figure assumes peak rates
+
+
+def test_energy_breakdown_adds_up_and_prices_the_links(results, workload):
+    r = results[("g25-nopnm", 32768)]
+    assert math.isclose(sum(r.energy_breakdown_pJ_per_token.values()), r.energy_pJ_per_token, rel_tol=1e-9)
+    wire_bytes = sum(v / 0.9265 for k, v in r.link_bytes.items())  # CXL 2.0 flit efficiency
+    assert r.energy_breakdown_pJ_per_token["link.cxl.bit"] == pytest.approx(wire_bytes * 8 * 5.5 / r.tokens)
+    pnm = results[("g25", 32768)].energy_breakdown_pJ_per_token
+    assert pnm["pnm.fp16_mult"] > 0 and pnm["sram.byte"] > 0 and "interposer.io" in pnm
+
+
+def test_pnm_model_is_reported_and_the_roofline_is_the_fallback(monkeypatch, workload):
+    tree = yaml.safe_load((REPO / "configs/systems/g25.yaml").read_text())
+    roof = copy.deepcopy(tree)
+    roof["system"]["pool"]["pnm"]["model"] = "roofline"
+    r = simulate_step(system_config_from_mapping(roof), workload, 4096)
+    assert r.pnm_model == "roofline"
+    import archsim.system.attention as attention
+
+    monkeypatch.setattr(attention, "_timed_api", lambda: "timed PNM model unavailable (test)")
+    r = simulate_step(system_config_from_mapping(tree), workload, 4096)
+    assert r.pnm_model == "roofline" and "unavailable" in r.pnm_note
+    assert r.as_dict()["pnm_model"] == "roofline"
+
+
+def test_small_sram_rereads_the_kv_per_query_subgroup(workload):
+    tree = yaml.safe_load((REPO / "configs/systems/g25.yaml").read_text())
+    tree["system"]["pool"]["pnm"]["model"] = "roofline"
+    big = simulate_step(system_config_from_mapping(copy.deepcopy(tree)), workload, 32768)
+    tree["system"]["pool"]["pnm"]["sram"] = "72KiB"  # four 64-token K/V tiles (64 KiB) + 4 query heads
+    small = simulate_step(system_config_from_mapping(tree), workload, 32768)
+    assert big.sram_hit_rate == pytest.approx(1 - 1 / 8)
+    assert small.sram_hit_rate == pytest.approx(1 - 2 / 8)  # group of 8 in two passes
+    assert small.breakdown_ns["pnm"] > 1.9 * big.breakdown_ns["pnm"]
