@@ -100,12 +100,30 @@ def sampled_layer(memory: MemoryConfig, geo: KvGeometry, pool_channels: int, ord
     result = replay_stream(memory, stream, ts)
     span_ns = max(1, result.total_cycles) * memory.timing.tCK_ns
     scale = stream.full_requests / len(stream)
+    if stream.sampled:
+        span_ns = _steady_ns_per_request(memory, result) * len(stream)
     # the pool's total over the sampled channel's: every channel's bytes relative to the busiest one's
     channels_scale = (geo.layer_bytes + geo.append_layer_bytes) / (stream.full_read_bytes + stream.full_write_bytes)
     out = _summarize(memory, result, scale, channels_scale, span_ns * scale, len(stream), stream.full_requests, 1, 1,
                      geo.layer_bytes, geo.append_layer_bytes)
     _CACHE[key] = out
     return out
+
+
+def _steady_ns_per_request(memory: MemoryConfig, result: ReplayResult) -> float:
+    """Time per request in steady state, measured over whole refresh periods: an interval of k x tREFI holds
+    exactly k refreshes wherever it starts, so a window that ends mid-period does not alias the refresh cost.
+    The interval starts at the first completion (pipeline filled) and ends before the drain tail."""
+    done = np.sort(result.done_cycle)
+    period = memory.timing.tREFI
+    start = int(done[0])
+    end = int(done[int(0.98 * (len(done) - 1))])  # the last 2 % complete as the queues drain: not steady
+    k = (end - start) // period
+    if k < 1:  # shorter than one refresh period: the whole span is all there is
+        return max(1, result.total_cycles) * memory.timing.tCK_ns / len(done)
+    stop = start + k * period
+    completed = int(np.searchsorted(done, stop, side="left")) - int(np.searchsorted(done, start, side="left"))
+    return k * period * memory.timing.tCK_ns / max(1, completed)
 
 
 def _channel_shares(geo: KvGeometry, pool_channels: int) -> list[ChannelShare | None]:

@@ -18,16 +18,21 @@ from archsim.errors import ConfigError, TraceError
 _CONVERT_TARGETS = ("dramsim3", "ramulator", "native")
 
 
+_DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+
+
 @click.command()
 @click.option("--model", required=True, help="Preset name (see docs/models.md) or a checkpoint directory.")
 @click.option(
-    "-o", "--output", required=True, type=click.Path(dir_okay=False), help="Logical trace to write."
+    "-o", "--out", "--output", "output", required=True, type=click.Path(dir_okay=False),
+    help="Logical trace to write."
 )
 @click.option(
     "--layers", type=int, help="Keep only this many decoder layers (identical layers, same per-layer bytes)."
 )
 @click.option("--batch", type=int, default=1, show_default=True, help="Requests run together.")
-@click.option("--prompt-tokens", type=int, default=32, show_default=True, help="Prompt length of turn 0.")
+@click.option("--prompt-len", "--prompt-tokens", "prompt_tokens", type=int, default=32, show_default=True,
+              help="Prompt length of turn 0, in tokens.")
 @click.option(
     "--decode-steps", type=int, default=8, show_default=True, help="Decode steps after each prefill."
 )
@@ -45,7 +50,8 @@ _CONVERT_TARGETS = ("dramsim3", "ramulator", "native")
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["bfloat16", "float16", "float32"]),
+    type=click.Choice(["fp16", "bf16", "fp32", "bfloat16", "float16", "float32"]),
+    callback=lambda _ctx, _param, value: _DTYPE_ALIASES.get(value, value),
     help="Model dtype (default: the preset's / checkpoint's).",
 )
 @click.option(

@@ -1,0 +1,90 @@
+"""`archsim pnm run`: time a decode-attention kernel on every PNM unit of a memory device.
+
+Errors are ArchsimError subclasses (ConfigError, ProgramError, TraceError) naming the file and the
+line or dotted path; the top-level CLI prints them as one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from archsim.errors import ConfigError, ProgramError
+
+
+def _defines(values: tuple[str, ...]) -> dict[str, object]:
+    from archsim.isa.syntax import AsmSyntaxError, parse_define
+
+    defines: dict[str, object] = {}
+    for text in values:
+        try:
+            name, value = parse_define(text)
+        except AsmSyntaxError as exc:
+            raise ProgramError(str(exc), where="-D") from None
+        if name in defines:
+            raise ProgramError(f"-D {name} is given twice", where="-D")
+        defines[name] = value
+    return defines
+
+
+def _split_overrides(values: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    memory, pnm = [], []
+    for text in values:
+        key = text.split("=", 1)[0].strip()
+        if key.startswith("memory."):
+            memory.append(text)
+        elif key.startswith("pnm."):
+            pnm.append(text)
+        else:
+            raise ConfigError(f"override {text!r} must start with memory. or pnm.", where="--set")
+    return memory, pnm
+
+
+@click.group("pnm")
+def pnm() -> None:
+    """Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."""
+
+
+@pnm.command("run")
+@click.option("--kernel", "kernel", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Kernel source, e.g. isa/kernels/gqa_decode.s.")
+@click.option("--memory", "memory_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Memory config YAML (default: the one the PNM config names).")
+@click.option("--pnm", "pnm_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNM config YAML (default: configs/pnm/default.yaml).")
+@click.option("--shape", required=True, metavar="KEY=VALUE,...",
+              help="Problem, e.g. heads=32,kv_heads=8,head_dim=128,context=8192,batch=1 (docs/pnm.md lists "
+                   "every key).")
+@click.option("-D", "--define", "defines", multiple=True, metavar="NAME=VALUE",
+              help="Override a kernel constant (repeatable), e.g. -D TILE=128.")
+@click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
+              help="Override a config value: memory.timing.tFAW=30ns or pnm.compute.vector_lanes=8 (repeatable).")
+@click.option("--units", type=int, default=None, help="Use only the first N units of the device.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the stats tree here.")
+@click.option("--reproducible", is_flag=True, help="Zero the host-timing stats so the JSON is byte-identical.")
+@click.option("--quiet", is_flag=True, help="No report.")
+def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: str, defines: tuple[str, ...],
+        overrides: tuple[str, ...], units: int | None, json_path: str | None, reproducible: bool,
+        quiet: bool) -> None:
+    """Run KERNEL for SHAPE on the PNM units and print cycles, roofline, bandwidth and stalls."""
+    from archsim.config.memory import load_memory_config
+    from archsim.pnm.simulate import run_pnm
+    from archsim.pnm.stats import pnm_stats, pnm_summary_rows
+    from archsim.pnm.unit_config import load_pnm_config
+    from archsim.report.output import table, write_json
+
+    memory_overrides, pnm_overrides = _split_overrides(overrides)
+    pnm_cfg = load_pnm_config(pnm_path, pnm_overrides)
+    if memory_path is None:
+        if pnm_cfg.memory_path is None:
+            raise ConfigError("no --memory given and the PNM config names no memory", file=pnm_cfg.source_file,
+                              where="pnm.memory")
+        memory_path = pnm_cfg.memory_path
+    memory_cfg = load_memory_config(memory_path, memory_overrides)
+    result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units)
+    stats = pnm_stats(result, reproducible=reproducible)
+    if json_path:
+        write_json(json_path, stats)
+    if not quiet:
+        click.echo(table(pnm_summary_rows(stats), title=f"archsim pnm run: {kernel} on {memory_path}"))
