@@ -17,7 +17,8 @@ from archsim.config.memory import (
     SOURCES,
     MemoryConfig,
 )
-from archsim.controller import kernel as K  # noqa: N812 - the kernel's constants read as K.ACT
+from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
+from archsim.controller.kernel import run_kernel
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table, sparse_timing_table
 from archsim.errors import TraceError
@@ -207,7 +208,7 @@ class MemorySession:
         start = time.perf_counter()
         while True:
             before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
-            K.run_kernel(stop, self._prm, self._sparse, self._scal, *self._inputs, *self._outputs, *self._state,
+            run_kernel(stop, self._prm, self._sparse, self._scal, *self._inputs, *self._outputs, *self._state,
                          *self._log)
             if self._scal[K.S_LOGOVF]:
                 self._scal[K.S_LOGOVF] = 0

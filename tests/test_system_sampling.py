@@ -38,7 +38,8 @@ def test_sampled_run_is_within_3_percent_of_the_full_simulation(pnm):
     full = simulate_step(_system(pnm, True), MEDIUM, 1000)
     assert full.sampling["replayed_requests"] == 2 * 16 * 2 * 1001 * 512 // 32 + 2 * 32 * 512 // 32
     part = "pnm" if pnm else "pool_dram"
-    for window in (65536, 8192):  # the whole channel stream (32 064 requests), then a quarter of it
+    # the whole channel stream (32 064 requests), then the smallest window allowed: two refresh intervals
+    for window in (65536, 18720):
         sampled = simulate_step(_system(pnm, False, window), MEDIUM, 1000)
         assert sampled.sampling["replayed_requests"] == min(window, 32064)
         for key in ("decode_step_ns", "attention_ns"):
@@ -48,9 +49,12 @@ def test_sampled_run_is_within_3_percent_of_the_full_simulation(pnm):
         assert sampled.energy_pJ_per_token == pytest.approx(full.energy_pJ_per_token, rel=0.03)
 
 
-@pytest.mark.parametrize("preset", ["HBM3", "HBM3E"])
-@pytest.mark.parametrize("extra", [{}, {"address_mapping": {"scheme": "rorabacobgpcch", "xor": ["ch", "ba"]}},
-                                   {"address_mapping": {"scheme": "chrorabacobgpc"}}])
+XOR = {"address_mapping": {"scheme": "rorabacobgpcch", "xor": ["ch", "ba"]}}
+CH_TOP = {"organization": {"stacks": 3}, "address_mapping": {"scheme": "chrorabacobgpc"}}  # 48 channels: top field
+
+
+@pytest.mark.parametrize(("preset", "extra"), [("HBM3", {}), ("HBM3E", {}), ("HBM3", XOR), ("HBM3E", XOR),
+                                               ("HBM3", CH_TOP)])
 def test_channel_local_addresses_stay_in_their_channel_and_are_distinct(preset, extra):
     cfg = memory_config_from_preset(preset, extra={"organization": {"stacks": 2}, **extra})
     local = np.arange(0, 1 << 22, 32, dtype=np.uint64)
@@ -58,6 +62,7 @@ def test_channel_local_addresses_stay_in_their_channel_and_are_distinct(preset, 
         addr = channel_local_to_physical(cfg.mapping, local, channel)
         assert np.all(cfg.mapping.decode(addr).channel == channel)
         assert len(np.unique(addr)) == len(local)
+        assert np.all(addr < cfg.organization.capacity_bytes)
 
 
 @pytest.mark.parametrize("order", ["pnm", "host"])

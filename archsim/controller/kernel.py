@@ -16,265 +16,95 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = 0, 1, 2, 3, 4, 5, 6, 7, 8
-NCMD = 9
-INF = np.int64(1) << np.int64(62)
-NEG = -(np.int64(1) << np.int64(40))
-
-# Integer parameters, in `prm`.
-P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_TIMEOUT = range(11)
-P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
-P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
-P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP = range(27, 34)
-N_PARAMS = 34
-
-# Scalars carried between calls, in `scal`.
-S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE, S_TLIMIT = range(12)
-N_SCALARS = 12
-
-# Request classes.
-C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
-
-POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
-
-# Host/PNM arbitration between the two request ports.
-ARB_SHARED, ARB_PRIORITY_HOST, ARB_PRIORITY_PNM, ARB_WRR, ARB_RESERVE = 0, 1, 2, 3, 4
-TOKEN = 1_000_000  # one column command's worth of reservation tokens
-AGE_BITS = 40  # request index bits of a priority key: key = class << AGE_BITS | index
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
-    e = nxt_bank[gb, cmd]
-    v = nxt_bg[bgf, cmd]
-    if v > e:
-        e = v
-    v = nxt_rank[rf, cmd]
-    if v > e:
-        e = v
-    v = nxt_pc[pc, cmd]
-    if v > e:
-        e = v
-    if cmd == ACT:
-        v = faw[rf, faw_pos[rf]] + tfaw
-        if v > e:
-            e = v
-    return e
-
-
-@njit(cache=True, error_model="numpy")
-def _apply(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
-    """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
-
-    `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, so a command touches a
-    handful of cells rather than the whole levels x commands table.
-    """
-    for k in range(sparse.shape[1]):
-        level = sparse[cmd, k, 0]
-        if level < 0:
-            break
-        n = sparse[cmd, k, 1]
-        v = t + sparse[cmd, k, 2]
-        if level == 0:
-            if v > nxt_bank[gb, n]:
-                nxt_bank[gb, n] = v
-        elif level == 1:
-            if v > nxt_bg[bgf, n]:
-                nxt_bg[bgf, n] = v
-        elif level == 2:
-            if v > nxt_rank[rf, n]:
-                nxt_rank[rf, n] = v
-        elif level == 3:
-            if v > nxt_pc[pc, n]:
-                nxt_pc[pc, n] = v
-        else:
-            for r in range(pc * ranks, pc * ranks + ranks):
-                if r != rf and v > nxt_rank[r, n]:
-                    nxt_rank[r, n] = v
-
-
-@njit(cache=True, error_model="numpy")
-def _row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
-                  faw, faw_pos, tfaw):
-    """Earliest issue of a row command; PREA looks at every open bank of the rank."""
-    r = bank // bpr
-    rf = pc * ranks + r
-    if cmd in (PREA, REF):
-        e = nxt_rank[rf, cmd]
-        if nxt_pc[pc, cmd] > e:
-            e = nxt_pc[pc, cmd]
-        if cmd == PREA:
-            for bb in range(bpr):
-                b = r * bpr + bb
-                if open_row[pc * bpp + b] >= 0:
-                    v = _earliest(PREA, pc * bpp + b, pc * ranks * bgs + b // banks, rf, pc, nxt_bank, nxt_bg,
-                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
-                    if v > e:
-                        e = v
-        return e
-    return _earliest(cmd, pc * bpp + bank, pc * ranks * bgs + bank // banks, rf, pc, nxt_bank, nxt_bg, nxt_rank,
-                     nxt_pc, faw, faw_pos, tfaw)
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
-    """No column command of kind `cmd` can issue in this pseudo-channel before this cycle (data bus, tCCD_S)."""
-    e = nxt_pc[pc, cmd]
-    lo = INF
-    for r in range(pc * ranks, pc * ranks + ranks):
-        if nxt_rank[r, cmd] < lo:
-            lo = nxt_rank[r, cmd]
-    return e if e > lo else lo
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
-    """No ACT can issue in this pseudo-channel before this cycle (tRRD_S, tFAW, refresh)."""
-    lo = INF
-    for r in range(ranks):
-        if r == skip_rank:
-            continue
-        rf = pc * ranks + r
-        e = nxt_rank[rf, ACT]
-        v = faw[rf, faw_pos[rf]] + tfaw
-        if v > e:
-            e = v
-        if e < lo:
-            lo = e
-    v = nxt_pc[pc, ACT]
-    return v if v > lo else lo
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
-    hsum_r[pc] += hr - hits_r[gb]
-    hsum_w[pc] += hw - hits_w[gb]
-    hits_r[gb] = hr
-    hits_w[gb] = hw
-
-
-@njit(cache=True, error_model="numpy")
-def _log(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row):
-    k = scal[S_NLOG]
-    if k < log_cycle.shape[0]:
-        log_cycle[k] = t
-        log_cmd[k] = cmd
-        log_pc[k] = pc
-        log_bank[k] = bank
-        log_row[k] = row
-        scal[S_NLOG] = k + 1
-    else:
-        scal[S_LOGOVF] = 1
-
-
-@njit(cache=True, error_model="numpy")
-def _remove(queue, qlen, pc, i):
-    n = qlen[pc]
-    for j in range(i, n - 1):
-        queue[pc, j] = queue[pc, j + 1]
-    qlen[pc] = n - 1
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
-    """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
-    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
-        amask[gb // bpp] |= np.uint64(1) << np.uint64(gb % bpp)
-    tail = btail[gb, k]
-    bprev[idx] = tail
-    bnext[idx] = -1
-    if tail >= 0:
-        bnext[tail] = idx
-    else:
-        bhead[gb, k] = idx
-    btail[gb, k] = idx
-    bcnt[gb, k] += 1
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
-    before = bprev[idx]
-    after = bnext[idx]
-    if before >= 0:
-        bnext[before] = after
-    else:
-        bhead[gb, k] = after
-    if after >= 0:
-        bprev[after] = before
-    else:
-        btail[gb, k] = before
-    bcnt[gb, k] -= 1
-    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
-        amask[gb // bpp] &= ~(np.uint64(1) << np.uint64(gb % bpp))
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _bit_index(low):
-    """Index of the single set bit of `low` (a uint64 power of two), by binary search."""
-    i = 0
-    if low & np.uint64(0xFFFFFFFF) == 0:
-        low >>= np.uint64(32)
-        i += 32
-    if low & np.uint64(0xFFFF) == 0:
-        low >>= np.uint64(16)
-        i += 16
-    if low & np.uint64(0xFF) == 0:
-        low >>= np.uint64(8)
-        i += 8
-    if low & np.uint64(0xF) == 0:
-        low >>= np.uint64(4)
-        i += 4
-    if low & np.uint64(0x3) == 0:
-        low >>= np.uint64(2)
-        i += 2
-    if low & np.uint64(0x1) == 0:
-        i += 1
-    return i
-
-
-@njit(cache=True, error_model="numpy")
-def _count_row(gb, k, row, bhead, bnext, req_row):
-    """Requests of one kind queued at bank `gb` for `row`."""
-    h = 0
-    j = bhead[gb, k]
-    while j >= 0:
-        if req_row[j] == row:
-            h += 1
-        j = bnext[j]
-    return h
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _key(idx, t, req_src, accept, favored, agecap):
-    """Priority key, smaller first: requests past the age cap, then the favoured port, then the rest; oldest
-    first within a class. With the shared arbiter and no age cap this is the request index (pure age)."""
-    cls = 2
-    if agecap > 0 and t - accept[idx] >= agecap:
-        cls = 0
-    elif favored >= 0 and req_src[idx] == favored:
-        cls = 1
-    return (np.int64(cls) << AGE_BITS) | idx
-
-
-@njit(cache=True, error_model="numpy")
-def _move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
-              bhead, btail, bnext, bprev, bcnt, amask, bpp):
-    """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
-    for j in range(qlen[pc]):
-        idx = queue[pc, j]
-        if ready[idx] < INF:
-            continue
-        gb = base + req_bank[idx]
-        if win[gb] < bqd:
-            win[gb] += 1
-            ready[idx] = t + 1
-            _link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt, amask, bpp)
-            unmoved[pc] -= 1
-            if open_row[gb] == req_row[idx]:
-                hits[gb] += 1
-                hsum[pc] += 1
-            return True
-    return False
+from archsim.controller.bank_timing import (
+    act_bound,
+    apply_command,
+    col_bound,
+    earliest,
+    row_earliest,
+    set_hits,
+)
+from archsim.controller.codes import (
+    ACT,
+    ARB_PRIORITY_HOST,
+    ARB_PRIORITY_PNM,
+    ARB_RESERVE,
+    ARB_SHARED,
+    ARB_WRR,
+    C_CONFLICT,
+    C_FORWARD,
+    C_HIT,
+    C_MISS,
+    INF,
+    P_AGECAP,
+    P_ARB,
+    P_BANKS,
+    P_BGS,
+    P_BQD,
+    P_BURST,
+    P_CAP,
+    P_CL,
+    P_CWL,
+    P_DELAY,
+    P_FAW,
+    P_FORWARD,
+    P_HIGH,
+    P_INJCAP,
+    P_LOGCAP,
+    P_LOW,
+    P_NCH,
+    P_PCS,
+    P_POLICY,
+    P_POSTED,
+    P_RANKS,
+    P_RCAP,
+    P_REFI,
+    P_REFIPB,
+    P_REFRESH,
+    P_RQ,
+    P_RRATE,
+    P_RSRC,
+    P_SCHED,
+    P_TICK,
+    P_TIMEOUT,
+    P_W0,
+    P_W1,
+    P_WQ,
+    POL_CLOSED,
+    POL_OPEN_CAP,
+    POL_TIMEOUT,
+    PRE,
+    PREA,
+    RD,
+    RDA,
+    REF,
+    REFPB,
+    S_DONE,
+    S_IDLE,
+    S_LAST,
+    S_LOGOVF,
+    S_LOOPS,
+    S_NLOG,
+    S_PTR,
+    S_QUEUED,
+    S_SCANNED,
+    S_T,
+    S_TLIMIT,
+    S_VISITS,
+    TOKEN,
+    WR,
+    WRA,
+)
+from archsim.controller.request_lists import (
+    bit_index,
+    count_row,
+    link,
+    log_command,
+    move_one,
+    priority_key,
+    remove_at,
+    unlink,
+)
 
 
 @njit(cache=True, error_model="numpy")
@@ -402,7 +232,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     ready[idx] = INF
                 else:
                     ready[idx] = t + delay
-                    _link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                    link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -436,7 +266,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         lb = nxt_bank[gb, RD]
                     elif orow < 0:
                         lb = nxt_bank[gb, ACT]
-                        v = _act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                        v = act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         if v > lb:
                             lb = v
                     elif hits_r[gb] > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
@@ -494,10 +324,10 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if bankq:
                     moved = False
                     if use_w:
-                        moved = _move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
+                        moved = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
                                           req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                     else:
-                        moved = _move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
+                        moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
                                           req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
@@ -524,7 +354,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             tb = r * bpr + ref_ptr[rf]
                             ref_block_bank = tb
                             cmd = PRE if open_row[base + tb] >= 0 else REFPB
-                        e = _row_earliest(cmd, pc, tb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
+                        e = row_earliest(cmd, pc, tb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
                                           nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         if e <= t:
                             if not row_is_ref:
@@ -551,25 +381,25 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if bankq:
                     n_hits = hsum_r[pc] + hsum_w[pc]
                     n_sched = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc]
-                    cb = _col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
-                    v = _col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
+                    cb = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                    v = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                     if v < cb:
                         cb = v
                 elif use_w:
                     n_hits = hsum_w[pc]
                     n_sched = wq_len[pc]
-                    cb = _col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
+                    cb = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                 else:
                     n_hits = hsum_r[pc]
                     n_sched = rq_len[pc]
-                    cb = _col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                    cb = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
                 want_col = n_hits > 0
                 if want_col and cb > t:
                     want_col = False
                     if cb < nt:
                         nt = cb
                 want_row = n_sched > n_hits and not row_is_ref
-                ab = _act_bound(pc, ranks, ref_block_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                ab = act_bound(pc, ranks, ref_block_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                 if (want_col or want_row) and fcfs:
                     # FCFS: only the oldest schedulable request of the pseudo-channel may act
                     idx = -1
@@ -598,7 +428,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             if cmd in (ACT, PRE) and row_is_ref:
                                 blocked_ref = True
                             if not blocked_ref:
-                                e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
+                                e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
                                               nxt_pc, faw, faw_pos, tfaw)
                                 if e > t:
                                     if e < nt:
@@ -621,7 +451,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     while pending != 0:
                         lowest = pending & (~pending + np.uint64(1))
                         pending ^= lowest
-                        bb = _bit_index(lowest)
+                        bb = bit_index(lowest)
                         if bb >= bpp:
                             break
                         gb = base + bb
@@ -644,7 +474,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                 j = bhead[gb, k]
                                 while j >= 0:
                                     if req_row[j] == orow:
-                                        kj = _key(j, t, req_src, accept, favored, agecap)
+                                        kj = priority_key(j, t, req_src, accept, favored, agecap)
                                         if kj < kidx:
                                             kidx = kj
                                             idx = j
@@ -661,7 +491,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                     if policy == POL_CLOSED:
                                         auto = (hits_w[gb] if is_w_req else hits_r[gb]) <= 1
                                     cmd = (WRA if auto else WR) if is_w_req else (RDA if auto else RD)
-                                    e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
+                                    e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
                                                   nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                                     if e <= t:
                                         best_col = idx
@@ -681,7 +511,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             j = bhead[gb, k]
                             while j >= 0:
                                 if req_row[j] != orow:
-                                    kj = _key(j, t, req_src, accept, favored, agecap)
+                                    kj = priority_key(j, t, req_src, accept, favored, agecap)
                                     if kj < kidx:
                                         kidx = kj
                                         idx = j
@@ -707,7 +537,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             cmd = ACT
                         else:
                             cmd = PRE
-                        e = _earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                        e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                                       faw, faw_pos, tfaw)
                         if e <= t:
                             if best_row < 0 or kidx < best_row_key:
@@ -729,7 +559,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         gbb = base + bb
                         if open_row[gbb] < 0 or hits_r[gbb] + hits_w[gbb] > 0:
                             continue
-                        e = _row_earliest(PRE, pc, bb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
+                        e = row_earliest(PRE, pc, bb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
                                           nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         v = last_col[gbb] + timeout
                         if v > e:
@@ -784,19 +614,19 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 elif col_w:
                     for j in range(wq_len[pc]):
                         if wq[pc, j] == idx:
-                            _remove(wq, wq_len, pc, j)
+                            remove_at(wq, wq_len, pc, j)
                             break
                 else:
                     for j in range(rq_len[pc]):
                         if rq[pc, j] == idx:
-                            _remove(rq, rq_len, pc, j)
+                            remove_at(rq, rq_len, pc, j)
                             break
                 b = req_bank[idx]
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                _unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
-                _apply(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 if col_w:
                     end = t + cwl + burst
@@ -829,15 +659,15 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 last_col[gb] = t
                 if col_cmd in (RDA, WRA):
                     open_row[gb] = -1
-                    _set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                    set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                 if logging:
-                    _log(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
+                    log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
                 freed = True
                 # next visit: more hits wait for the data bus; a bank left without hits may precharge or activate
-                v = _col_bound(WR if col_w else RD, pc, ranks, nxt_rank, nxt_pc)
+                v = col_bound(WR if col_w else RD, pc, ranks, nxt_rank, nxt_pc)
                 if bankq:
-                    v = min(v, _col_bound(RD if col_w else WR, pc, ranks, nxt_rank, nxt_pc))
+                    v = min(v, col_bound(RD if col_w else WR, pc, ranks, nxt_rank, nxt_pc))
                 if v < nt:
                     nt = v
                 if pend[gb] > hits_r[gb] + hits_w[gb]:
@@ -851,7 +681,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 elif rq_len[pc] == 0 and wq_len[pc] > 0:
                     nt = t + 1
                 # the column command may have moved the gates of a row command picked in the same cycle
-                if row_pc >= 0 and _row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
+                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
                     row_pc = -1
                     nt = t + 1
@@ -866,7 +696,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 r = b // bpr
                 rf = pc * ranks + r
                 bgf = pc * ranks * bgs + b // banks
-                _apply(row_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                apply_command(row_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 row = -1
                 if row_cmd == ACT:
                     idx = row_req
@@ -876,21 +706,21 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     col_count[gb] = 0
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
-                    _set_hits(gb, pc, _count_row(gb, 0, row, bhead, bnext, req_row),
-                              _count_row(gb, 1, row, bhead, bnext, req_row), hits_r, hits_w, hsum_r, hsum_w)
+                    set_hits(gb, pc, count_row(gb, 0, row, bhead, bnext, req_row),
+                              count_row(gb, 1, row, bhead, bnext, req_row), hits_r, hits_w, hsum_r, hsum_w)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
                     v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
                     if v < nt:
                         nt = v
-                    v = _act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                    v = act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                     if v < nt:
                         nt = v
                 elif row_cmd == PRE:
                     row = open_row[gb]
                     open_row[gb] = -1
-                    _set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                    set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -905,7 +735,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
                         open_row[gbb] = -1
-                        _set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                        set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi
@@ -918,7 +748,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if row_cmd in (REF, REFPB):
                     nt = t + 1
                 if logging:
-                    _log(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
+                    log_command(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 cmd_count[row_cmd] += 1
             if col_pc < 0 and row_pc < 0:
                 n_idle += 1

@@ -43,6 +43,7 @@ from archsim.energy import EnergyTable
 from archsim.errors import ConfigError
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
+from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes
 
@@ -197,6 +198,10 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
             raise root.error("pool.pnm", "missing: attention runs in the pool's PNM units")
     if qos is not None and (pool is None or location != "pool"):
         raise root.error("qos", "QoS arbitration is studied at the pool's controllers: configure a pool")
+    if pool is not None and 0 < sampling.window_requests < min_window_requests(pool.memory):
+        raise root.error("sampling.window_requests",
+                         f"{sampling.window_requests} requests do not span two refresh intervals of the pool's "
+                         f"memory at peak rate: use 0 (whole streams) or >= {min_window_requests(pool.memory)}")
     if topology is not None:
         _check_endpoints(topology, gpus, endpoint, root)
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
@@ -341,8 +346,6 @@ def _parse_sampling(s: Section) -> SamplingSpec:
     if (not isinstance(tokens, list) or len(tokens) != 2 or not all(isinstance(t, int) and t > 0 for t in tokens)
             or tokens[0] >= tokens[1]):
         raise s.error("pnm_sample_tokens", f"expected two increasing positive token counts, got {tokens!r}")
-    if 0 < window < 4096:
-        raise s.error("window_requests", f"a window below 4096 requests does not reach steady state, got {window}")
     return SamplingSpec(layers, channels, window, (tokens[0], tokens[1]))
 
 

@@ -3,8 +3,9 @@
 Layout (head-wise sharding, flash-decoding split): every (sequence, KV head) of a layer is a *head context*
 of `tokens` rows of K and `tokens` rows of V. With W head contexts and C pool channels, W >= C gives each
 channel ceil(W / C) whole head contexts (the busiest channel decides the time); W < C splits each head
-context's tokens into C // W chunks, one per channel, so every PNM unit works. Inside a channel a chunk is
-its K block followed by its V block, consecutive chunks back to back, each layer in its own region.
+context's tokens into C // W chunks (none shorter than MIN_CHUNK_TOKENS), one per channel, so every PNM
+unit works. Inside a channel a chunk is its K block followed by its V block, consecutive chunks back to
+back, each layer in its own region.
 Addresses are built through the memory's own address mapping (channel-local offsets with the channel bits
 inserted, then encoded), so any configured mapping keeps a chunk inside its PNM unit's channel.
 
@@ -29,6 +30,9 @@ from archsim.errors import ConfigError
 from archsim.models import ModelShape, dtype_bytes
 
 HOST, PNM = 0, 1  # request sources (archsim.config.memory.SOURCES)
+# a head context is split over channels only in chunks of at least one kernel tile: shorter chunks would pay
+# more in per-chunk setup and partial-result merging than the extra channels give back
+MIN_CHUNK_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ def channel_share(geo: KvGeometry, channels: int) -> ChannelShare:
     w = geo.head_contexts
     if w >= channels:
         return ChannelShare(math.ceil(w / channels), geo.tokens, channels, math.ceil(w / channels))
-    splits = min(channels // w, geo.tokens)
+    splits = max(1, min(channels // w, geo.tokens // MIN_CHUNK_TOKENS))
     return ChannelShare(1, math.ceil(geo.tokens / splits), w * splits, 1)
 
 

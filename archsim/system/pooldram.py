@@ -101,7 +101,7 @@ def sampled_layer(memory: MemoryConfig, geo: KvGeometry, pool_channels: int, ord
     span_ns = max(1, result.total_cycles) * memory.timing.tCK_ns
     scale = stream.full_requests / len(stream)
     if stream.sampled:
-        span_ns = _steady_ns_per_request(memory, result) * len(stream)
+        span_ns = _extrapolated_ns(memory, result, stream.full_requests) / scale
     # the pool's total over the sampled channel's: every channel's bytes relative to the busiest one's
     channels_scale = (geo.layer_bytes + geo.append_layer_bytes) / (stream.full_read_bytes + stream.full_write_bytes)
     out = _summarize(memory, result, scale, channels_scale, span_ns * scale, len(stream), stream.full_requests, 1, 1,
@@ -110,20 +110,39 @@ def sampled_layer(memory: MemoryConfig, geo: KvGeometry, pool_channels: int, ord
     return out
 
 
-def _steady_ns_per_request(memory: MemoryConfig, result: ReplayResult) -> float:
-    """Time per request in steady state, measured over whole refresh periods: an interval of k x tREFI holds
-    exactly k refreshes wherever it starts, so a window that ends mid-period does not alias the refresh cost.
-    The interval starts at the first completion (pipeline filled) and ends before the drain tail."""
+def min_window_requests(memory: MemoryConfig) -> int:
+    """A window must span two refresh intervals at the channel's peak rate (see _steady_ns_per_request)."""
+    t = memory.timing
+    return int(2 * t.tREFI * memory.organization.pseudo_channels / t.tBURST)
+
+
+def _extrapolated_ns(memory: MemoryConfig, result: ReplayResult, full_requests: int) -> float:
+    """Time the whole stream would take, from a window that spans two refresh intervals or more.
+
+    Refresh deadlines fall on multiples of tREFI from cycle 0, as in an unsampled replay. The window gives the
+    refresh-free time per request r0 (first completion to the first deadline), the cost of one refresh c (one
+    whole interval minus its requests x r0, the mean over every whole interval in the window) and the fill
+    latency d0; the stream's time T then solves T = d0 + N r0 + floor(T / tREFI) c. Without refresh, or with a
+    window shorter than two intervals, the time scales with the requests."""
     done = np.sort(result.done_cycle)
+    tck = memory.timing.tCK_ns
     period = memory.timing.tREFI
-    start = int(done[0])
     end = int(done[int(0.98 * (len(done) - 1))])  # the last 2 % complete as the queues drain: not steady
-    k = (end - start) // period
-    if k < 1:  # shorter than one refresh period: the whole span is all there is
-        return max(1, result.total_cycles) * memory.timing.tCK_ns / len(done)
-    stop = start + k * period
-    completed = int(np.searchsorted(done, stop, side="left")) - int(np.searchsorted(done, start, side="left"))
-    return k * period * memory.timing.tCK_ns / max(1, completed)
+    k = end // period - 1
+    d0 = int(done[0])
+    if memory.controller.refresh == "none" or k < 1 or d0 >= period:
+        return max(1, result.total_cycles) * tck * full_requests / len(done)
+    first = int(np.searchsorted(done, period, side="left"))
+    r0 = (period - d0) / max(1, first)
+    in_periods = int(np.searchsorted(done, (k + 1) * period, side="left")) - first
+    cost = max(0.0, (k * period - in_periods * r0) / k)
+    t = d0 + full_requests * r0
+    for _ in range(64):  # a fixed point: each refresh pushes the end past (at most) one more deadline
+        nxt = d0 + full_requests * r0 + (t // period) * cost
+        if nxt == t:
+            break
+        t = nxt
+    return t * tck
 
 
 def _channel_shares(geo: KvGeometry, pool_channels: int) -> list[ChannelShare | None]:

@@ -1,0 +1,117 @@
+"""Earliest-issue bookkeeping of the bank timing state: queries, updates and bounds (numba, inlined)."""
+
+from __future__ import annotations
+
+from numba import njit
+
+from archsim.controller.codes import ACT, INF, PREA, REF
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
+    e = nxt_bank[gb, cmd]
+    v = nxt_bg[bgf, cmd]
+    if v > e:
+        e = v
+    v = nxt_rank[rf, cmd]
+    if v > e:
+        e = v
+    v = nxt_pc[pc, cmd]
+    if v > e:
+        e = v
+    if cmd == ACT:
+        v = faw[rf, faw_pos[rf]] + tfaw
+        if v > e:
+            e = v
+    return e
+
+
+@njit(cache=True, error_model="numpy")
+def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
+    """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
+
+    `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, so a command touches a
+    handful of cells rather than the whole levels x commands table.
+    """
+    for k in range(sparse.shape[1]):
+        level = sparse[cmd, k, 0]
+        if level < 0:
+            break
+        n = sparse[cmd, k, 1]
+        v = t + sparse[cmd, k, 2]
+        if level == 0:
+            if v > nxt_bank[gb, n]:
+                nxt_bank[gb, n] = v
+        elif level == 1:
+            if v > nxt_bg[bgf, n]:
+                nxt_bg[bgf, n] = v
+        elif level == 2:
+            if v > nxt_rank[rf, n]:
+                nxt_rank[rf, n] = v
+        elif level == 3:
+            if v > nxt_pc[pc, n]:
+                nxt_pc[pc, n] = v
+        else:
+            for r in range(pc * ranks, pc * ranks + ranks):
+                if r != rf and v > nxt_rank[r, n]:
+                    nxt_rank[r, n] = v
+
+
+@njit(cache=True, error_model="numpy")
+def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                  faw, faw_pos, tfaw):
+    """Earliest issue of a row command; PREA looks at every open bank of the rank."""
+    r = bank // bpr
+    rf = pc * ranks + r
+    if cmd in (PREA, REF):
+        e = nxt_rank[rf, cmd]
+        if nxt_pc[pc, cmd] > e:
+            e = nxt_pc[pc, cmd]
+        if cmd == PREA:
+            for bb in range(bpr):
+                b = r * bpr + bb
+                if open_row[pc * bpp + b] >= 0:
+                    v = earliest(PREA, pc * bpp + b, pc * ranks * bgs + b // banks, rf, pc, nxt_bank, nxt_bg,
+                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                    if v > e:
+                        e = v
+        return e
+    return earliest(cmd, pc * bpp + bank, pc * ranks * bgs + bank // banks, rf, pc, nxt_bank, nxt_bg, nxt_rank,
+                     nxt_pc, faw, faw_pos, tfaw)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
+    """No column command of kind `cmd` can issue in this pseudo-channel before this cycle (data bus, tCCD_S)."""
+    e = nxt_pc[pc, cmd]
+    lo = INF
+    for r in range(pc * ranks, pc * ranks + ranks):
+        if nxt_rank[r, cmd] < lo:
+            lo = nxt_rank[r, cmd]
+    return e if e > lo else lo
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
+    """No ACT can issue in this pseudo-channel before this cycle (tRRD_S, tFAW, refresh)."""
+    lo = INF
+    for r in range(ranks):
+        if r == skip_rank:
+            continue
+        rf = pc * ranks + r
+        e = nxt_rank[rf, ACT]
+        v = faw[rf, faw_pos[rf]] + tfaw
+        if v > e:
+            e = v
+        if e < lo:
+            lo = e
+    v = nxt_pc[pc, ACT]
+    return v if v > lo else lo
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
+    hsum_r[pc] += hr - hits_r[gb]
+    hsum_w[pc] += hw - hits_w[gb]
+    hits_r[gb] = hr
+    hits_w[gb] = hw

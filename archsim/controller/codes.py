@@ -1,0 +1,31 @@
+"""Integer codes and parameter slots shared by the controller kernel and its Python driver (numba-friendly)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = 0, 1, 2, 3, 4, 5, 6, 7, 8
+NCMD = 9
+INF = np.int64(1) << np.int64(62)
+NEG = -(np.int64(1) << np.int64(40))
+
+# Integer parameters, in `prm`.
+P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_TIMEOUT = range(11)
+P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
+P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
+P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP = range(27, 34)
+N_PARAMS = 34
+
+# Scalars carried between calls, in `scal`.
+S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE, S_TLIMIT = range(12)
+N_SCALARS = 12
+
+# Request classes.
+C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
+
+POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
+
+# Host/PNM arbitration between the two request ports.
+ARB_SHARED, ARB_PRIORITY_HOST, ARB_PRIORITY_PNM, ARB_WRR, ARB_RESERVE = 0, 1, 2, 3, 4
+TOKEN = 1_000_000  # one column command's worth of reservation tokens
+AGE_BITS = 40  # request index bits of a priority key: key = class << AGE_BITS | index

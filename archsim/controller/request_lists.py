@@ -1,0 +1,132 @@
+"""Per-bank request lists, the active-bank mask, the command log and priority keys (numba)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from archsim.controller.codes import AGE_BITS, INF, S_LOGOVF, S_NLOG
+
+
+@njit(cache=True, error_model="numpy")
+def log_command(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row):
+    k = scal[S_NLOG]
+    if k < log_cycle.shape[0]:
+        log_cycle[k] = t
+        log_cmd[k] = cmd
+        log_pc[k] = pc
+        log_bank[k] = bank
+        log_row[k] = row
+        scal[S_NLOG] = k + 1
+    else:
+        scal[S_LOGOVF] = 1
+
+
+@njit(cache=True, error_model="numpy")
+def remove_at(queue, qlen, pc, i):
+    n = qlen[pc]
+    for j in range(i, n - 1):
+        queue[pc, j] = queue[pc, j + 1]
+    qlen[pc] = n - 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
+    """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
+    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
+        amask[gb // bpp] |= np.uint64(1) << np.uint64(gb % bpp)
+    tail = btail[gb, k]
+    bprev[idx] = tail
+    bnext[idx] = -1
+    if tail >= 0:
+        bnext[tail] = idx
+    else:
+        bhead[gb, k] = idx
+    btail[gb, k] = idx
+    bcnt[gb, k] += 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
+    before = bprev[idx]
+    after = bnext[idx]
+    if before >= 0:
+        bnext[before] = after
+    else:
+        bhead[gb, k] = after
+    if after >= 0:
+        bprev[after] = before
+    else:
+        btail[gb, k] = before
+    bcnt[gb, k] -= 1
+    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
+        amask[gb // bpp] &= ~(np.uint64(1) << np.uint64(gb % bpp))
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def bit_index(low):
+    """Index of the single set bit of `low` (a uint64 power of two), by binary search."""
+    i = 0
+    if low & np.uint64(0xFFFFFFFF) == 0:
+        low >>= np.uint64(32)
+        i += 32
+    if low & np.uint64(0xFFFF) == 0:
+        low >>= np.uint64(16)
+        i += 16
+    if low & np.uint64(0xFF) == 0:
+        low >>= np.uint64(8)
+        i += 8
+    if low & np.uint64(0xF) == 0:
+        low >>= np.uint64(4)
+        i += 4
+    if low & np.uint64(0x3) == 0:
+        low >>= np.uint64(2)
+        i += 2
+    if low & np.uint64(0x1) == 0:
+        i += 1
+    return i
+
+
+@njit(cache=True, error_model="numpy")
+def count_row(gb, k, row, bhead, bnext, req_row):
+    """Requests of one kind queued at bank `gb` for `row`."""
+    h = 0
+    j = bhead[gb, k]
+    while j >= 0:
+        if req_row[j] == row:
+            h += 1
+        j = bnext[j]
+    return h
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def priority_key(idx, t, req_src, accept, favored, agecap):
+    """Priority key, smaller first: requests past the age cap, then the favoured port, then the rest; oldest
+    first within a class. With the shared arbiter and no age cap this is the request index (pure age)."""
+    cls = 2
+    if agecap > 0 and t - accept[idx] >= agecap:
+        cls = 0
+    elif favored >= 0 and req_src[idx] == favored:
+        cls = 1
+    return (np.int64(cls) << AGE_BITS) | idx
+
+
+@njit(cache=True, error_model="numpy")
+def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
+              bhead, btail, bnext, bprev, bcnt, amask, bpp):
+    """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
+    for j in range(qlen[pc]):
+        idx = queue[pc, j]
+        if ready[idx] < INF:
+            continue
+        gb = base + req_bank[idx]
+        if win[gb] < bqd:
+            win[gb] += 1
+            ready[idx] = t + 1
+            link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+            unmoved[pc] -= 1
+            if open_row[gb] == req_row[idx]:
+                hits[gb] += 1
+                hsum[pc] += 1
+            return True
+    return False
