@@ -196,8 +196,9 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
             raise root.error("attention", "`pnm` needs the KV in a pool (kv.location: pool)")
         if pool is None or pool.pnm is None:
             raise root.error("pool.pnm", "missing: attention runs in the pool's PNM units")
-    if qos is not None and (pool is None or location != "pool"):
-        raise root.error("qos", "QoS arbitration is studied at the pool's controllers: configure a pool")
+    if qos is not None and attention != "pnm":
+        raise root.error("qos", "the QoS study arbitrates host and PNM requests at the pool's controllers: "
+                                "it needs attention: pnm")
     if pool is not None and 0 < sampling.window_requests < min_window_requests(pool.memory):
         raise root.error("sampling.window_requests",
                          f"{sampling.window_requests} requests do not span two refresh intervals of the pool's "
@@ -279,8 +280,8 @@ def _check_endpoints(topology: Topology, gpus: GpuConfig, kv_endpoint: str | Non
                           f"(endpoints: {', '.join(topology.endpoints)})", file=root.file,
                           where=root.where("kv.endpoint"))
     for gpu in members[: gpus.count]:
-        topology.route(kv_endpoint, gpu)  # an unreachable KV endpoint fails here, naming its config path
-        topology.route(gpu, kv_endpoint)
+        topology.route(gpu, kv_endpoint)  # an unreachable KV endpoint fails here, naming its config path
+        topology.route(kv_endpoint, gpu)
 
 
 def _memory_path(name: str, file: str | None) -> Path:
