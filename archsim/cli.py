@@ -134,21 +134,15 @@ def config_import_dramsim3(ini: str, output: str) -> None:
             click.echo(f"  {note}", err=True)
 
 
-def _register_optional() -> None:
-    """Commands that live with their subsystems."""
-    import importlib.util
+def _register_subsystem_commands() -> None:
+    """Commands that live with their subsystems (imported here so the layering stays: cli on top)."""
+    from archsim.isa.cli import isa
+    from archsim.pnm.cli import pnm
+    from archsim.system.cli import compare, simulate
+    from archsim.trace.cli_commands import capture, trace
 
-    if importlib.util.find_spec("archsim.isa.cli"):
-        from archsim.isa.cli import isa
-
-        main.add_command(isa)
-    if importlib.util.find_spec("archsim.trace.cli_commands"):
-        from archsim.trace import cli_commands
-
-        for name in ("capture", "trace"):
-            command = getattr(cli_commands, name, None)
-            if command is not None:
-                main.add_command(command)
+    for command in (compare, simulate, isa, pnm, capture, trace):
+        main.add_command(command)
 
 
-_register_optional()
+_register_subsystem_commands()

@@ -154,20 +154,22 @@ class MemorySession:
     def __init__(self, cfg: MemoryConfig, address: np.ndarray, is_write: np.ndarray,
                  source: np.ndarray | None = None, *, command_log: bool = False,
                  tick_every_cycle: bool = False) -> None:
-        org = cfg.organization
         n = len(address)
         self.cfg = cfg
         self.n = n
+        self.released = 0
         self.requests = Requests.build(np.full(n, K.INF, dtype=np.int64), address, is_write, source)
-        dec = cfg.mapping.decode(self.requests.address)
-        self.pseudo_channel = dec.flat_pseudo_channel(org).astype(np.int32)
-        bank = dec.bank_in_pseudo_channel(org).astype(np.int32)
-        rank = self.pseudo_channel.astype(np.int64) * org.ranks + dec.rank
-        bankgroup = rank * org.bankgroups + dec.bankgroup
-        bank_global = self.pseudo_channel.astype(np.int64) * org.banks_per_pseudo_channel + bank
-        self._inputs = (self.requests.timestamp_cycles, self.pseudo_channel, bank, dec.row.astype(np.int32),
-                        self.requests.is_write, self.requests.address.astype(np.int64), bank_global, bankgroup,
-                        rank, self.requests.source, *_port_order(self.requests.source))
+        self.pseudo_channel = np.zeros(n, dtype=np.int32)
+        # per-request inputs the kernel reads, derived from each address (see `bind`)
+        self._derived = {"pc": self.pseudo_channel, "bank": np.zeros(n, dtype=np.int32),
+                         "row": np.zeros(n, dtype=np.int32), "addr": np.zeros(n, dtype=np.int64),
+                         "gb": np.zeros(n, dtype=np.int64), "bgf": np.zeros(n, dtype=np.int64),
+                         "rf": np.zeros(n, dtype=np.int64)}
+        self.bind(0, n, self.requests.address, self.requests.is_write)
+        d = self._derived
+        self._inputs = (self.requests.timestamp_cycles, d["pc"], d["bank"], d["row"], self.requests.is_write,
+                        d["addr"], d["gb"], d["bgf"], d["rf"], self.requests.source,
+                        *_port_order(self.requests.source))
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._sparse = sparse_timing_table(compile_timing_table(cfg.timing))
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
@@ -176,7 +178,6 @@ class MemorySession:
         self._named["port_ptr"][:] = self._inputs[-1][:2]  # each port starts at its first request
         self._log = _log_arrays(4 * n + 1024 if command_log else 1)
         self.command_log_enabled = command_log
-        self.released = 0
         self.wall_s = 0.0
 
     @property
@@ -191,6 +192,32 @@ class MemorySession:
     def done_cycle(self) -> np.ndarray:
         """Cycle of each request's last data beat (reads) or completion (writes); -1 while pending."""
         return self._outputs[2]
+
+    def bind(self, first: int, last: int, address: np.ndarray, is_write: np.ndarray) -> None:
+        """Set the address and direction of requests [first, last) that are not released yet.
+
+        A closed-loop client whose request order is only known as it runs (several units sharing one
+        memory) sizes the session up front and binds each slot just before releasing it. The port of each
+        request is fixed at construction.
+        """
+        if first < self.released:
+            raise ValueError(f"cannot rebind requests below {self.released}: they are released")
+        org = self.cfg.organization
+        address = np.asarray(address, dtype=np.uint64)
+        self.requests.address[first:last] = address
+        self.requests.is_write[first:last] = np.asarray(is_write, dtype=np.uint8)
+        dec = self.cfg.mapping.decode(address)
+        pc = dec.flat_pseudo_channel(org)
+        bank = dec.bank_in_pseudo_channel(org)
+        rank = pc * org.ranks + dec.rank
+        d = self._derived
+        d["pc"][first:last] = pc
+        d["bank"][first:last] = bank
+        d["row"][first:last] = dec.row
+        d["addr"][first:last] = address.astype(np.int64)
+        d["gb"][first:last] = pc * org.banks_per_pseudo_channel + bank
+        d["bgf"][first:last] = rank * org.bankgroups + dec.bankgroup
+        d["rf"][first:last] = rank
 
     def release(self, first: int, last: int, cycle: int | np.ndarray) -> None:
         """Requests [first, last) may be injected from `cycle` on (a scalar or one cycle per request)."""

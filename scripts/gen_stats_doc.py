@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from archsim.pnm.stats import render_pnm_stats_table
 from archsim.report.memory_stats import SCHEMA, STAT_DOCS
 
 HEADER = f"""# Stats reference (`{SCHEMA}`)
@@ -30,7 +31,9 @@ def render() -> str:
     for key, (unit, description) in STAT_DOCS.items():
         mark = " *contract*" if key in CONTRACT else ""
         rows.append(f"| `{key}` | {unit} | {description}{mark} |")
-    return HEADER + "\n".join(rows) + "\n"
+    pnm = ("\n## PNM unit (`archsim pnm run`)\n\nThe `pnm` section of a PNM run's stats tree, beside the memory "
+           "section above.\n\n" + render_pnm_stats_table())
+    return HEADER + "\n".join(rows) + "\n" + pnm
 
 
 def main() -> int:

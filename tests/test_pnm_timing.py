@@ -10,15 +10,16 @@ from click.testing import CliRunner
 
 from archsim.cli import main
 from archsim.config.memory import load_memory_config
-from archsim.errors import ConfigError, ProgramError
+from archsim.errors import ConfigError
 from archsim.memory import Requests, replay
 from archsim.pnm import timing
 from archsim.pnm.address_space import channel_local_to_physical
 from archsim.pnm.cli import pnm as pnm_group
 from archsim.pnm.memport import MemoryDomain
+from archsim.pnm.placement import place_decode_attention
 from archsim.pnm.shape import parse_shape
 from archsim.pnm.simulate import run_pnm
-from archsim.pnm.stats import PNM_CONTRACT, PNM_STAT_DOCS, pnm_doc_key, pnm_stats
+from archsim.pnm.stats import PNM_CONTRACT, PNM_STAT_DOCS, pnm_doc_key, pnm_stats, render_pnm_stats_table
 from archsim.pnm.unit_config import ClockRatio, device_layout, load_pnm_config
 from archsim.report.memory_stats import flatten
 from tests.conftest import REPO
@@ -102,15 +103,18 @@ def test_short_contexts_fall_short_of_the_roofline_by_a_fixed_cost(memory, pnm_c
     long, bound_long = _cycles(memory, pnm_cfg, "heads=4,kv_heads=1,context=2048", 1)
     assert short / bound_short.cycles > long / bound_long.cycles
     gap_short, gap_long = short - bound_short.cycles, long - bound_long.cycles
-    assert abs(gap_short - gap_long) < 0.25 * gap_long  # the same prologue / epilogue, not a per-tile cost
+    assert 0 < gap_long <= 1.25 * gap_short  # 8x the tiles, no more cost: prologue / epilogue, not per tile
 
 
 # ---------------------------------------------------------------- the closed-loop machinery
-def test_lookahead_horizon_changes_no_result(memory, pnm_cfg, monkeypatch):
+@pytest.mark.parametrize("space", ["channel_local", "interleaved"])
+def test_lookahead_horizon_changes_no_result(memory, monkeypatch, space):
+    """Several units per domain (split-K partners, or the whole device) against one closed-loop memory."""
     shape = "heads=8,kv_heads=2,head_dim=128,context=2048"
-    fast = run_pnm(GQA, shape, memory, pnm_cfg, units=4)
+    cfg = load_pnm_config(None, [f"pnm.units.address_space={space}"])
+    fast = run_pnm(GQA, shape, memory, cfg, units=4)
     monkeypatch.setattr(timing.UnitTimer, "next_push_bound", lambda self: 0)
-    slow = run_pnm(GQA, shape, memory, pnm_cfg, units=4)
+    slow = run_pnm(GQA, shape, memory, cfg, units=4)
     assert slow.timing.horizon_steps > 2 * fast.timing.horizon_steps
     assert fast.timing.cycles == slow.timing.cycles
     assert np.array_equal(fast.timing.memory.done_cycle, slow.timing.memory.done_cycle)
@@ -156,7 +160,8 @@ def test_interleaved_layout_aliases_every_stream_onto_the_same_banks(memory, pnm
     spec = shape.spec
     head_bytes = spec.max_context * spec.qk_dim * spec.kv_element_bytes
     assert head_bytes % (1 << 20) == 0  # head (and split) strides are multiples of the 1 MiB bank span
-    starts = np.array([4096 + h * head_bytes + s * head_bytes // 2 for h in range(8) for s in range(2)],
+    k_addr = int(place_decode_attention(spec).defines["K_ADDR"])
+    starts = np.array([k_addr + h * head_bytes + s * head_bytes // 2 for h in range(8) for s in range(2)],
                       dtype=np.uint64)
     decoded = memory.mapping.decode(starts)
     assert np.unique(decoded.bank).size == np.unique(decoded.rank).size == 1
@@ -176,13 +181,11 @@ def test_stats_keys_are_documented_and_the_contract_is_present(long_decode):
     keys = {pnm_doc_key(k) for k in flatten(stats) if k.startswith("pnm.")}
     assert keys <= set(PNM_STAT_DOCS), sorted(keys - set(PNM_STAT_DOCS))
     flat = flatten(stats)
-    assert PNM_CONTRACT <= set(flat)
+    assert set(flat) >= PNM_CONTRACT
     assert "memory.bandwidth_GBps" in flat and stats["schema"] == "archsim.stats/1"
     for unit, description in PNM_STAT_DOCS.values():
         assert unit and len(description) > 10
-    documented = (REPO / "docs" / "pnm.md").read_text()
-    for key in PNM_STAT_DOCS:
-        assert f"`{key}`" in documented, key
+    assert render_pnm_stats_table() in (REPO / "docs" / "pnm.md").read_text(), "update the table in docs/pnm.md"
 
 
 def test_cli_run_prints_a_report_and_writes_deterministic_json(tmp_path):
@@ -219,6 +222,16 @@ def _error(args):
     lines = [line for line in result.output.splitlines() if line]
     assert len(lines) == 1, result.output
     return lines[0]
+
+
+def test_unknown_opcode_in_the_kernel_is_one_line_with_file_and_line(tmp_path):
+    source = (GQA.read_text()).replace("    HALT\n", "    HALTX\n")
+    (tmp_path / "bad.s").write_text(source)
+    (tmp_path / "common.inc").write_text((GQA.parent / "common.inc").read_text())
+    result = CliRunner().invoke(main, ["pnm", "run", "--kernel", str(tmp_path / "bad.s"), "--shape",
+                                       "heads=4,context=64"])
+    assert result.exit_code == 2
+    assert "bad.s: line" in result.output and "HALTX" in result.output and len(result.output.splitlines()) == 1
 
 
 def test_unknown_shape_key_is_one_line_with_exit_2():
@@ -265,5 +278,3 @@ def test_shape_errors():
         parse_shape("heads=6,kv_heads=4,context=64", GQA)
     with pytest.raises(ConfigError, match="block"):
         parse_shape("heads=4,context=64,block=16", GQA)
-    with pytest.raises(ProgramError):
-        raise ProgramError("placeholder")  # keep the import honest for readers of this file

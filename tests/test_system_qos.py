@@ -11,7 +11,7 @@ from archsim.config.section import Section
 from archsim.errors import ConfigError
 from archsim.system import load_system_config, load_workload, simulate_step, system_config_from_mapping
 from archsim.system.kvstream import channel_share, channel_stream, kv_geometry
-from archsim.system.qos import jain_index, parse_qos, run_study
+from archsim.system.qos import jain_index, parse_qos, qos_memory, run_study
 from tests.conftest import REPO
 
 QOS = yaml.safe_load((REPO / "configs/systems/g25-qos.yaml").read_text())
@@ -45,9 +45,9 @@ def test_host_traffic_slows_the_pnm_and_both_see_interference(channel):
     result = run_study(cfg.pool.memory, s.address, s.is_write, s.source, cfg.qos)
     assert result.slowdown["pnm"] > 1.2 and result.slowdown["host"] > 1.0
     assert 0.5 < result.jain_fairness < 1.0
-    assert result.interference["rows_of_pnm_closed_by_host"] > 0
-    assert result.interference["rows_of_host_closed_by_pnm"] > 0
-    assert result.interference["bank_conflicts_pnm_vs_host"] > 0
+    assert result.interference["row_closures.pnm_by_host"] > 0  # rows opened for the PNM, closed for the host
+    assert result.interference["row_closures.host_by_pnm"] > 0
+    assert result.interference["bank_conflicts.pnm_vs_host"] > 0
     peak = 1228.8 / 16  # one HBM3E channel
     mixed = result.sources["pnm"]["bandwidth_GBps"] + result.sources["host"]["bandwidth_GBps"]
     assert mixed <= peak and result.sources["pnm_alone"]["bandwidth_GBps"] <= peak
@@ -84,7 +84,7 @@ def test_the_decode_step_pays_the_pnm_slowdown():
 
 @pytest.mark.parametrize(("changes", "where"), [
     ({"host_traffic": {"bandwidth_share": 1.5}}, "system.qos.host_traffic.bandwidth_share"),
-    ({"policy": "wrr"}, "system.qos.policy"),
+    ({"policy": "fifo"}, "system.qos.policy"),
     ({"reservation": {"pnm": 0.9, "host": 0.2}}, "system.qos.reservation"),
     ({"targets": {"pnm_slowdown": -1}}, "system.qos.targets.pnm_slowdown"),
 ])
@@ -92,6 +92,30 @@ def test_bad_qos_values_name_their_path(changes, where):
     with pytest.raises(ConfigError) as info:
         _spec(**changes)
     assert info.value.where == where
+
+
+@pytest.mark.parametrize(("policy", "where"), [
+    ({"impl": "wrr"}, "system.qos.policy.weights"),
+    ({"impl": "reservation", "source": "pnm", "share": 1.5}, "system.qos.policy.share"),
+    ({"impl": "priority", "favor": "gpu"}, "system.qos.policy.favor"),
+])
+def test_the_controller_checks_the_arbiter_under_the_qos_path(policy, where):
+    tree = copy.deepcopy(QOS)
+    tree["system"]["qos"]["policy"] = policy
+    with pytest.raises(ConfigError) as info:
+        system_config_from_mapping(tree, file="g25-qos.yaml")
+    assert info.value.where == where and info.value.file == "g25-qos.yaml"
+
+
+@pytest.mark.parametrize("policy", [{"impl": "priority", "favor": "pnm"},
+                                    {"impl": "reservation", "source": "pnm", "share": 0.6}])
+def test_favouring_the_pnm_port_cuts_its_slowdown(channel, policy):
+    cfg, s = channel
+    shared = run_study(qos_memory(cfg.pool.memory, cfg.qos), s.address, s.is_write, s.source, cfg.qos)
+    spec = _spec(policy=policy)
+    favoured = run_study(qos_memory(cfg.pool.memory, spec), s.address, s.is_write, s.source, spec)
+    assert favoured.slowdown["pnm"] < 0.85 * shared.slowdown["pnm"]
+    assert favoured.slowdown["host"] > shared.slowdown["host"]
 
 
 def test_qos_needs_a_pnm_pool():

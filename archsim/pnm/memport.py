@@ -6,7 +6,7 @@ uncommitted requests in a FIFO and *commits* them to the session in global time 
 horizon H before which no unit can release anything any more (conservative parallel discrete-event
 simulation): `commit(H)` then `run_until(H)`. With several units in one session the order of session
 slots is only known when requests are committed, so their addresses are bound to slots at commit time
-(late binding, see `_bind`); a single-unit domain's slots are simply its program order.
+(late binding, see `MemorySession.bind`); a single-unit domain's slots are simply its program order.
 
 Lower bounds used for H (memory cycles, from the controller kernel's semantics): a read request whose
 column command has not issued completes no earlier than max(now, its release) + CL + tBURST, and the
@@ -92,8 +92,9 @@ class MemoryDomain:
         self._pc_source = self.session.pseudo_channel.astype(np.int64)  # source order
         self._is_read = all_write == 0
         self._no_slots = np.empty(0, dtype=np.int64)
-        if self.late_bound:
-            self._bind_sources()
+        # slots are bound to a unit's request when it commits (MemorySession.bind): keep the source order
+        self._src_address = all_address
+        self._src_is_write = all_write
         self.queues = {u: _UnitQueue(int(offsets[i]), counts[i], np.full(counts[i], -1, dtype=np.int64),
                                      np.full(counts[i], -1, dtype=np.int64)) for i, u in enumerate(self.units)}
         self._offset_of_unit = np.zeros(max(self.units, default=0) + 1, dtype=np.int64)
@@ -107,46 +108,6 @@ class MemoryDomain:
         self.iterations = 0
         self.late_requests = 0  # diagnostics: requests whose release cycle the memory had already passed
         self.late_cycles = 0
-
-    # ------------------------------------------------------------------ late binding
-    def _bind_sources(self) -> None:
-        """Keep the decoded source-order inputs; slots are overwritten from them at commit time.
-
-        This reaches into MemorySession's per-request arrays (archsim/memory.py): the kernel reads a
-        request's fields only once it is released, so unreleased slots may be filled late. Arrays are
-        recognised by value as attributes of the source-order requests (address, decoded fields) and
-        rebound; an index array equal to arange(n) (per-port order: every request here is on the pnm
-        port) stays valid under any slot assignment; anything else is an unknown layout and an error.
-        docs/pnm.md names the API that would make this unnecessary.
-        """
-        session = self.session
-        req = session.requests
-        arrays: list[np.ndarray] = [req.address, req.is_write, req.source, session.pseudo_channel]
-        identity = np.arange(self.n)
-        for a in session._inputs:
-            if a is req.timestamp_cycles or any(a is b for b in arrays):
-                continue
-            if a.shape[:1] != (self.n,):
-                continue  # per-port bounds and other small arrays do not depend on the slot order
-            if np.array_equal(a, identity) and not np.array_equal(a, req.address):
-                continue
-            if not self._is_request_attribute(a):
-                raise RuntimeError("MemorySession's input layout changed; update MemoryDomain._bind_sources")
-            arrays.append(a)
-        self._bound = arrays
-        self._src_inputs = [np.array(a, copy=True) for a in arrays]
-        self._src_is_write = req.is_write.copy()
-
-    def _is_request_attribute(self, a: np.ndarray) -> bool:
-        """Whether `a` is a function of each request's own address (so slots may be permuted)."""
-        address = self.session.requests.address
-        order = np.argsort(address, kind="stable")
-        same = address[order][1:] == address[order][:-1]
-        return bool(np.all(a[order][1:][same] == a[order][:-1][same])) and a.dtype.kind in "iu"
-
-    def _bind(self, first: int, last: int, source_index: np.ndarray) -> None:
-        for target, source in zip(self._bound, self._src_inputs, strict=True):
-            target[first:last] = source[source_index]
 
     # ------------------------------------------------------------------ the units' side
     @property
@@ -217,7 +178,8 @@ class MemoryDomain:
             self.late_requests += int(late.sum())
             self.late_cycles += int((self.now - release[late]).sum())
         if self.late_bound:
-            self._bind(first, last, self._offset_of_unit[unit_of] + index)
+            source_index = self._offset_of_unit[unit_of] + index
+            self.session.bind(first, last, self._src_address[source_index], self._src_is_write[source_index])
             slots = np.arange(first, last, dtype=np.int64)
             for u in np.unique(unit_of).tolist():
                 sel = unit_of == u
@@ -270,8 +232,31 @@ def merge_results(results: list[ReplayResult]) -> ReplayResult:
             merged[f.name] = values[0] if f.name == "config" else None
         elif isinstance(values[0], np.ndarray) and values[0].shape[:1] == (len(first.requests),):
             merged[f.name] = np.concatenate(values)  # per request
+        elif f.name == "command_counts":
+            merged[f.name] = _merge_command_counts(results)
         elif isinstance(values[0], np.ndarray):
             merged[f.name] = np.sum(values, axis=0)  # counters
         else:
             merged[f.name] = values[0]
     return ReplayResult(**merged)
+
+
+def _merge_command_counts(results: list[ReplayResult]) -> np.ndarray:
+    """Sum the domains' commands, except refreshes when every session refreshed the whole device.
+
+    The controller kernel refreshes every rank on schedule whether or not the session sends it requests,
+    so each domain's session issues the device's refreshes; counting them once per device means taking
+    the longest session's count. (Should a kernel refresh only channels with traffic, a session's REF
+    count stays within its own ranks' share and the counts are summed.)"""
+    from archsim.dram.commands import REF, REFPB
+
+    counts = np.sum([r.command_counts for r in results], axis=0)
+    cfg = results[0].config
+    org, t = cfg.organization, cfg.timing
+    for code, interval in ((REF, t.tREFI), (REFPB, max(1, t.tREFI // max(1, org.banks_per_rank)))):
+        per_session = [int(r.command_counts[code]) for r in results]
+        used_ranks = [len(np.unique(r.pseudo_channel)) * org.ranks for r in results]
+        own_bound = max(u * (r.total_cycles // interval + 1) for u, r in zip(used_ranks, results, strict=True))
+        if max(per_session) > own_bound:
+            counts[code] = max(per_session)
+    return counts

@@ -22,7 +22,7 @@ PNM_STAT_DOCS: dict[str, tuple[str, str]] = {
     "pnm.head_groups": ("groups", "KV-head groups the units form (gcd of kv_heads and units)"),
     "pnm.splits": ("units", "context splits per head group (flash-decoding split-K)"),
     "pnm.address_space": ("-", "channel_local (a unit addresses its own channel group) or interleaved"),
-    "pnm.clock_GHz": ("GHz", "unit clock"),
+    "pnm.clock_GHz": ("GHz", "clock frequency of the units"),
     "pnm.cycles": ("cycles", "unit-clock cycles from the start until the last unit halted"),
     "pnm.time_ns": ("ns", "pnm.cycles x unit clock period"),
     "pnm.macs": ("MACs", "multiply-accumulates of all units"),
@@ -65,8 +65,7 @@ PNM_STAT_DOCS: dict[str, tuple[str, str]] = {
     "pnm.roofline.bound": ("-", "memory or compute: the larger roofline term"),
     "pnm.roofline_ratio": ("ratio", "pnm.cycles / pnm.roofline_cycles (1 = at the bound)"),
     "pnm.per_unit.<unit>.cycles": ("cycles", "cycle this unit halted"),
-    "pnm.per_unit.<unit>.head0": ("head", "first KV head of the unit (within its head group's local layout "
-                                          "when channel_local)"),
+    "pnm.per_unit.<unit>.head0": ("head", "first KV head (index in the whole problem) the unit handles"),
     "pnm.per_unit.<unit>.kv_heads": ("heads", "KV heads the unit handles"),
     "pnm.per_unit.<unit>.split": ("index", "the unit's context split (0 merges the partial results)"),
     "pnm.per_unit.<unit>.instructions": ("instructions", "instructions the unit executed"),
@@ -89,6 +88,17 @@ PNM_STAT_DOCS: dict[str, tuple[str, str]] = {
 PNM_CONTRACT: frozenset[str] = frozenset({
     "pnm.cycles", "pnm.time_ns", "pnm.macs", "pnm.bytes_loaded", "pnm.bytes_stored", "pnm.roofline_cycles",
     "pnm.stalls.memory", "pnm.stalls.dependency", "pnm.stalls.compute"})
+
+
+def render_pnm_stats_table() -> str:
+    """The markdown table of PNM_STAT_DOCS that docs/pnm.md carries (a test keeps it current)."""
+    rows = ["| key | unit | description |", "|---|---|---|"]
+    for key, (unit, description) in PNM_STAT_DOCS.items():
+        mark = " *contract*" if key in PNM_CONTRACT else ""
+        if key == "pnm.stalls.<cause>":
+            mark = " *contract* for memory, dependency, compute"
+        rows.append(f"| `{key}` | {unit} | {description}{mark} |")
+    return "\n".join(rows) + "\n"
 
 
 def _r(x: float) -> float:
@@ -122,7 +132,7 @@ def pnm_section(run: PnmRun, *, reproducible: bool = False) -> dict[str, Any]:
     for w, timer in zip(works, timing.timers, strict=True):
         a = w.assignment
         per_unit[str(w.unit)] = {
-            "cycles": timer.stats.finish_cycle, "head0": a.head0 if layout.address_space == "interleaved" else 0,
+            "cycles": timer.stats.finish_cycle, "head0": a.head0,
             "kv_heads": a.nheads, "split": a.split, "instructions": len(w.trace),
             "bytes_loaded": int(w.trace.totals()["dram_read_bytes"]),
             "stalls": dict(zip(STALL_CAUSES, timer.stats.stalls, strict=True)),
@@ -214,7 +224,8 @@ def pnm_summary_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
                                                             if k != "total" and v)),
         ("SRAM", f"high water {p['sram']['high_water_bytes']:,} B of {p['sram']['capacity_bytes']:,} B"),
         ("utilization", f"MAC {100 * util['mac']:.1f} %, vector {100 * util['vec']:.1f} %, SFU "
-                        f"{100 * util['sfu']:.1f} %, issue {100 * util['issue']:.1f} %, DRAM {100 * util['dram']:.1f} %"),
+                        f"{100 * util['sfu']:.1f} %, issue {100 * util['issue']:.1f} %, "
+                        f"DRAM {100 * util['dram']:.1f} %"),
         ("stalls", stalls or "none"),
         ("simulator", f"{p['sim']['wall_s']:.2f} s (functional {p['sim']['functional_wall_s']:.2f}, timed "
                       f"{p['sim']['timing_wall_s']:.2f}, roofline {p['sim']['roofline_wall_s']:.2f}); "

@@ -55,7 +55,7 @@ RUNNING, BLOCKED, AT_BARRIER, HALTED = range(4)
 _NEVER = 1 << 62
 
 
-class _DryStop(Exception):
+class _DryStopError(Exception):
     """Ends a lookahead run at the unit's next push."""
 
 
@@ -261,7 +261,7 @@ class UnitTimer:
         transfers = len(self.t_parts)  # the copy shares the transfer lists and only appends to them
         try:
             dry.advance()
-        except _DryStop:
+        except _DryStopError:
             pass
         finally:
             del self.t_parts[transfers:], self.t_issue[transfers:]
@@ -294,7 +294,7 @@ class UnitTimer:
             start = max(self.clock.to_memory(issue + delay), self.dma_free_memory)
             if self._dry:
                 self.dry_push = start
-                raise _DryStop
+                raise _DryStopError
             count = last - first
             release = start + np.arange(count, dtype=np.int64) // self._rate
             self.dma_free_memory = start + -(-count // self._rate)
@@ -364,7 +364,7 @@ class UnitTimer:
                 e = eus[i]
                 if eu_free[e] > bound:
                     bound, cause = eu_free[e], COMP
-            elif kind == LOAD or kind == STORE:
+            elif kind in (LOAD, STORE):
                 if eu_free[_DMA] > bound:
                     bound, cause = eu_free[_DMA], MEM
                 issued = len(self.t_parts)
@@ -375,7 +375,7 @@ class UnitTimer:
                         return
                     if c > bound:
                         bound, cause = c, MEM
-            elif kind == RECV or kind == SEND:
+            elif kind in (RECV, SEND):
                 if eu_free[_HOST] > bound:
                     bound, cause = eu_free[_HOST], HOST
             elif kind == WAIT:
@@ -387,7 +387,7 @@ class UnitTimer:
                         return
                     if c > bound:
                         bound, cause = c, MEM
-            elif kind == BARRIER or kind == HALT:
+            elif kind in (BARRIER, HALT):
                 if self.t_parts:
                     c = self._completion(len(self.t_parts) - 1)
                     if c is None:
@@ -425,7 +425,7 @@ class UnitTimer:
             elif kind == SIMPLE:
                 for r in dsts[pc]:
                     reg_ready[r] = issue + 1
-            elif kind == LOAD or kind == STORE:
+            elif kind in (LOAD, STORE):
                 eu_free[_DMA] = issue + 1
                 busy[_DMA] += 1
                 delay = 1 + (sram_latency if self._reads_sram[i] else 0)
@@ -442,7 +442,7 @@ class UnitTimer:
                 for g in reads_all[i]:
                     if issue + sram_latency > r_done[g]:
                         r_done[g], r_cat[g] = issue + sram_latency, DEP
-            elif kind == RECV or kind == SEND:
+            elif kind in (RECV, SEND):
                 o = occs[i]
                 eu_free[_HOST] = issue + o
                 busy[_HOST] += o
@@ -463,10 +463,10 @@ class UnitTimer:
             self.t_front = issue + 1 if self.slots >= self._width else issue
             self.stats.issued += 1
             i += 1
-            if self._dry and (kind == BARRIER or kind == HALT):
+            if self._dry and (kind in (BARRIER, HALT)):
                 self.dry_push = (self.clock.to_memory(issue + self.pnm.barrier_latency_cycles) if kind == BARRIER
                                  else _NEVER)  # a barrier releases its units that much after the last arrives
-                raise _DryStop
+                raise _DryStopError
             if kind == BARRIER:
                 self.i, self.state = i, AT_BARRIER
                 self.barrier_id, self.arrival = self._imm[pc], issue
@@ -520,7 +520,7 @@ def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain], barrier_l
             push[d] = min(push.get(d, _NEVER), bound)
     if not wait:
         return False
-    for d, waited in wait.items():
+    for d in wait:
         domain = domains[d]
         horizon = max(push.get(d, _NEVER), domain.now + 1)  # no unit pushes into d again: run it out
         domain.commit(horizon)

@@ -79,17 +79,19 @@ def plan_sram(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec) -> SramUse:
         tile //= 2
 
 
-def _compute_ns(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, passes: int) -> float:
+def _compute_ns(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConfig) -> float:
+    """Busiest unit's arithmetic at peak rates (passes split the group: the total is the same)."""
     tokens = share.chunks * share.chunk_tokens
     macs = geo.query_group * tokens * (geo.qk_dim + geo.out_dim)
     exps = geo.query_group * tokens
-    del passes  # every pass computes its own sub-group: the arithmetic is the same in total
-    return max(macs / pnm.macs_per_cycle, exps / pnm.exp_per_cycle) / pnm.clock_GHz
+    clock_GHz = pnm.clock_GHz if pnm.clock_GHz is not None else 1.0 / memory.timing.tCK_ns
+    return max(macs / pnm.macs_per_cycle, exps / pnm.exp_per_cycle) / clock_GHz
 
 
-def roofline(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, dram: PoolDram, sram: SramUse) -> PoolAttentionTime:
+def roofline(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, dram: PoolDram, sram: SramUse,
+             memory: MemoryConfig) -> PoolAttentionTime:
     memory_ns = dram.time_ns * sram.passes
-    compute_ns = _compute_ns(geo, share, pnm, sram.passes)
+    compute_ns = _compute_ns(geo, share, pnm, memory)
     tiles = max(1, share.chunks * math.ceil(share.chunk_tokens / sram.tile_tokens) * sram.passes)
     time = max(memory_ns, compute_ns) + min(memory_ns, compute_ns) / tiles
     return PoolAttentionTime(time, memory_ns, compute_ns, "roofline", "", sram, geo.layer_macs, geo.layer_exps)
@@ -125,10 +127,7 @@ def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: in
     api = _timed_api()
     assert not isinstance(api, str)
     warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload = api
-    overrides = [f"pnm.clock={pnm.clock_GHz}GHz", f"pnm.compute.macs_per_cycle={pnm.macs_per_cycle}",
-                 f"pnm.compute.exp_per_cycle={pnm.exp_per_cycle}", f"pnm.sram.capacity={pnm.sram_bytes}",
-                 f"pnm.dma.max_outstanding_loads={pnm.dma_outstanding_loads}"]
-    config = load_pnm_config(None, overrides)
+    config = load_pnm_config(pnm.config_path, pnm.overrides())
     layout = device_layout(config, memory)
     if kind == "mla":
         kernel = KERNELS / "mla_decode.s"
@@ -156,7 +155,7 @@ def timed(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConf
     per_token = (t2 - t1) / (sample_tokens[1] - sample_tokens[0])
     fixed = max(0.0, t1 - per_token * sample_tokens[0])
     time = share.chunks * sram.passes * (fixed + per_token * share.chunk_tokens)
-    compute_ns = _compute_ns(geo, share, pnm, sram.passes)
+    compute_ns = _compute_ns(geo, share, pnm, memory)
     note = (f"timed unit fitted on {sample_tokens[0]} and {sample_tokens[1]} tokens: {fixed:.0f} ns + "
             f"{per_token:.3f} ns/token per head context")
     return PoolAttentionTime(time, time, compute_ns, "timed", note, sram, geo.layer_macs, geo.layer_exps)
@@ -167,7 +166,7 @@ def pool_attention_time(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memo
     """One layer of attention on the busiest PNM unit (see the module docstring); `dram` is the replayed PNM
     stream of that unit's channel (the roofline's memory time)."""
     sram = plan_sram(geo, share, pnm)
-    base = roofline(geo, share, pnm, dram, sram)
+    base = roofline(geo, share, pnm, dram, sram, memory)
     if pnm.model == "roofline":
         return base
     reason = _timed_api()

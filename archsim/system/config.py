@@ -44,7 +44,7 @@ from archsim.errors import ConfigError
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
 from archsim.system.pooldram import min_window_requests
-from archsim.system.qos import QosSpec, parse_qos
+from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
@@ -70,13 +70,23 @@ class GpuConfig:
 
 @dataclass(frozen=True)
 class PnmSpec:
+    """The pool's PNM units: a PNM config file (configs/pnm/, docs/pnm.md) with the system's overrides."""
+
     model: str  # auto: the timed unit (archsim.pnm.timing) when importable, else the roofline
-    clock_GHz: float
+    config_path: str  # the PNM config its other parameters (pipelines, vector unit, DMA, ...) come from
+    clock_GHz: float | None  # None: the memory's command clock
     macs_per_cycle: int
     exp_per_cycle: int
     sram_bytes: int
     tile_tokens: int
     dma_outstanding_loads: int
+
+    def overrides(self) -> list[str]:
+        """The system's values as `--set` overrides of the PNM config (for archsim.pnm.unit_config)."""
+        clock = "memory" if self.clock_GHz is None else f"{self.clock_GHz}GHz"
+        return [f"pnm.clock={clock}", f"pnm.compute.macs_per_cycle={self.macs_per_cycle}",
+                f"pnm.compute.exp_per_cycle={self.exp_per_cycle}", f"pnm.sram.capacity={self.sram_bytes}",
+                f"pnm.dma.max_outstanding_loads={self.dma_outstanding_loads}"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +95,7 @@ class PoolSpec:
     memory_source: str
     devices: int
     host_fetch_interleave_bytes: int  # GPU-side fetches round-robin over a channel's KV streams at this size
-    l2: L2Config | None  # one device's L2, sliced evenly over its channels
+    l2: L2Config | None  # one device's L2, sliced evenly over its channels (ways, line, MSHRs per slice)
     pnm: PnmSpec | None
 
     @property
@@ -196,9 +206,14 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
             raise root.error("attention", "`pnm` needs the KV in a pool (kv.location: pool)")
         if pool is None or pool.pnm is None:
             raise root.error("pool.pnm", "missing: attention runs in the pool's PNM units")
+    if pool is not None and pool.l2 is not None and "all" in (sampling.layers, sampling.channels):
+        raise root.error("sampling", "the full reference simulation does not model the pool's L2: sample "
+                                     "(layers: once, channels: once) or drop pool.l2")
     if qos is not None and attention != "pnm":
         raise root.error("qos", "the QoS study arbitrates host and PNM requests at the pool's controllers: "
                                 "it needs attention: pnm")
+    if qos is not None and pool is not None:
+        qos_memory(pool.memory, qos, file)  # the arbiter's keys are checked now, errors under system.qos
     if pool is not None and 0 < sampling.window_requests < min_window_requests(pool.memory):
         raise root.error("sampling.window_requests",
                          f"{sampling.window_requests} requests do not span two refresh intervals of the pool's "
@@ -312,7 +327,7 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
     if interleave < access or interleave % access:
         raise s.error("host_fetch_interleave", f"must be a positive multiple of the {access} B access")
     l2 = parse_l2(s.sub("l2")) if s.has("l2") else None
-    pnm = _parse_pnm(s.sub("pnm")) if s.has("pnm") else None
+    pnm = _parse_pnm(s.sub("pnm"), file) if s.has("pnm") else None
     s.done()
     if l2 is not None:
         slice_bytes = l2.capacity_bytes // memory.organization.n_channels
@@ -322,20 +337,35 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
     return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm)
 
 
-def _parse_pnm(s: Section) -> PnmSpec:
+def _parse_pnm(s: Section, file: str | None) -> PnmSpec:
+    """`config:` names the PNM config (default: configs/pnm/default.yaml); the keys beside it override it."""
+    from archsim.pnm.unit_config import load_pnm_config
+
     model = s.choice("model", PNM_MODELS, "auto")
-    clock = s.parsed("clock", parse_frequency_ghz)
-    macs = s.int("macs_per_cycle", minimum=1)
-    exps = s.int("exp_per_cycle", minimum=1)
-    sram = s.parsed("sram", parse_size_bytes)
+    name = s.str("config", "default")
+    path = Path(name)
+    if not path.suffix:
+        path = CONFIGS_DIR / "pnm" / f"{name}.yaml"
+    elif not path.is_absolute() and file is not None:
+        path = Path(file).resolve().parent / path
+    try:
+        base = load_pnm_config(path)
+    except ConfigError as exc:
+        raise ConfigError(f"PNM config {exc.render()}", file=file, where=s.where("config")) from None
+    clock: float | None = base.clock_GHz
+    if s.has("clock"):
+        clock = None if s.raw("clock") == "memory" else s.parsed("clock", parse_frequency_ghz)
+    macs = s.int("macs_per_cycle", base.compute.macs_per_cycle, minimum=1)
+    exps = s.int("exp_per_cycle", base.compute.exp_per_cycle, minimum=1)
+    sram = s.parsed("sram", parse_size_bytes, base.sram.capacity_bytes)
     tile = s.int("tile_tokens", 64, minimum=1)
-    outstanding = s.int("dma_outstanding_loads", 16, minimum=1)
+    outstanding = s.int("dma_outstanding_loads", base.dma.max_outstanding_loads, minimum=1)
     s.done()
-    if clock <= 0:
+    if clock is not None and clock <= 0:
         raise s.error("clock", "must be positive")
     if sram <= 0:
         raise s.error("sram", "must be positive")
-    return PnmSpec(model, clock, macs, exps, sram, tile, outstanding)
+    return PnmSpec(model, str(path), clock, macs, exps, sram, tile, outstanding)
 
 
 def _parse_sampling(s: Section) -> SamplingSpec:

@@ -15,7 +15,7 @@ Per layer (all layers are identical; the step is L x layer + epilogue):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from archsim.system.attention import PoolAttentionTime, pool_attention_time
@@ -25,7 +25,7 @@ from archsim.system.gpu import GpuWork, gpu_work, hbm_room_bytes, roofline_ns
 from archsim.system.kvstream import KvGeometry, channel_share, channel_stream, kv_geometry
 from archsim.system.links import LayerTraffic, analytic_share_GBps, fetch_traffic, pnm_traffic
 from archsim.system.pooldram import PoolDram, full_layer, sampled_layer
-from archsim.system.qos import QosResult, run_study
+from archsim.system.qos import QosResult, qos_memory, run_study
 from archsim.system.workload import Workload
 
 
@@ -85,7 +85,7 @@ class StepResult:
         return out
 
 
-def _infeasible(system: SystemConfig, workload: Workload, context: int, geo: KvGeometry, work: GpuWork,
+def _infeasible(system: SystemConfig, workload: Workload, geo: KvGeometry, work: GpuWork,
                 gpus_used: int) -> str | None:
     tp = workload.tensor_parallel
     room = hbm_room_bytes(system.gpus, work.weight_bytes // tp)
@@ -114,9 +114,12 @@ def _pool_dram(system: SystemConfig, geo: KvGeometry, order: str, rate: float | 
         return full_layer(pool.memory, geo, pool.devices, order, tile_tokens=tile,
                           interleave_bytes=pool.host_fetch_interleave_bytes, pool_rate_GBps=rate,
                           layers=geo.layers if s.layers == "all" else 1)
+    l2 = None
+    if pool.l2 is not None and order == "host":  # the PNM sits at the controller, below the host path's L2
+        l2 = replace(pool.l2, capacity_bytes=pool.l2.capacity_bytes // pool.channels_per_device)
     return sampled_layer(pool.memory, geo, pool.channels, order, tile_tokens=tile,
                          interleave_bytes=pool.host_fetch_interleave_bytes, window=s.window_requests,
-                         pool_rate_GBps=rate)
+                         pool_rate_GBps=rate, l2=l2)
 
 
 def _qos(system: SystemConfig, geo: KvGeometry) -> QosResult:
@@ -125,7 +128,8 @@ def _qos(system: SystemConfig, geo: KvGeometry) -> QosResult:
     share = channel_share(geo, pool.channels)
     stream = channel_stream(pool.memory, geo, share, "pnm", tile_tokens=pool.pnm.tile_tokens,
                             interleave_bytes=pool.host_fetch_interleave_bytes, window=s.window_requests)
-    return run_study(pool.memory, stream.address, stream.is_write, stream.source, system.qos)
+    memory = qos_memory(pool.memory, system.qos, system.file)
+    return run_study(memory, stream.address, stream.is_write, stream.source, system.qos)
 
 
 def simulate_step(system: SystemConfig, workload: Workload, context: int) -> StepResult:
@@ -138,7 +142,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     work = gpu_work(workload.shape, workload.dtype, workload.batch, workload.element_bytes)
     result = StepResult(system.name, system.tier, context, "ok", kv_bytes=geo.step_bytes,
                         tokens=workload.batch * instances, gpu_clock_GHz=gpus.clock_GHz)
-    reason = _infeasible(system, workload, context, geo, work, gpus_used)
+    reason = _infeasible(system, workload, geo, work, gpus_used)
     if reason:
         result.status = f"infeasible: {reason}"
         return result
@@ -220,6 +224,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
         result.bank_conflicts = dram.bank_conflicts * L
         result.row_hit_rate = dram.row_hit_rate
         result.dram_utilization = dram.utilization
+        result.l2_hit_rate = dram.l2_hit_rate
         result.sampling = _sampling(system, dram)
     if pnm is not None:
         result.pnm_model, result.pnm_note = pnm.model, pnm.note

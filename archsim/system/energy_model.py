@@ -9,6 +9,7 @@ Counts (whole step, every model instance):
   SRAM pass), dram.read_bit.host for KV fetched through the host port, dram.write_bit.host for appends,
   dram.ref per GiB refreshed (the whole pool once per tREFI over the step), and
   dram.background.precharge_standby per channel-ns of the step.
+* l2.line per L2 lookup, fill and write-back on the pool's host path (when the pool has an L2).
 * PNM: pnm.mac, pnm.exp, sram.byte (KV written into and read from the scratchpad, queries, outputs).
 An action missing from the table is a ConfigError naming `energy.actions.<action>` in the table's file.
 """
@@ -60,6 +61,8 @@ def step_counts(system: SystemConfig, workload: Workload, geo: KvGeometry, work:
         # follows the cells refreshed, so the count is the pool's GiB refreshed once per tREFI over the step
         counts["dram.ref"] = pool.capacity_bytes / 2**30 * step_ns / (timing.tREFI * timing.tCK_ns)
         counts["dram.background.precharge_standby"] = pool.channels * step_ns
+        if dram.l2_lines:
+            counts["l2.line"] = dram.l2_lines * L
     if pnm is not None:
         counts["pnm.mac"] = float(pnm.macs * L)
         counts["pnm.exp"] = float(pnm.exps * L)

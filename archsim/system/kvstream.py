@@ -151,6 +151,7 @@ class ChannelStream:
     full_read_bytes: int
     full_write_bytes: int
     channel: int
+    local: np.ndarray  # channel-local byte offsets (what a per-channel L2 slice indexes)
 
     def __len__(self) -> int:
         return int(self.address.shape[0])
@@ -253,26 +254,5 @@ def channel_stream(memory: MemoryConfig, geo: KvGeometry, share: ChannelShare, o
     is_write = np.concatenate([np.ones(writes, np.uint8), np.zeros(reads, np.uint8)])
     source = np.concatenate([np.full(writes, HOST, np.uint8),
                              np.full(reads, PNM if order == "pnm" else HOST, np.uint8)])
-    return ChannelStream(address, is_write, source, total, n_reads * access, n_writes * access, channel)
-
-
-def merge_round_robin(streams: list[ChannelStream]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Several channels' streams as one trace, interleaved request by request (the order a device-wide
-    stream reaches its controllers); returns address, is_write, source and each request's stream index."""
-    longest = max(len(s) for s in streams)
-    idx = np.full((longest, len(streams)), -1, dtype=np.int64)
-    for j, s in enumerate(streams):
-        idx[: len(s), j] = np.arange(len(s))
-    order = idx.reshape(-1)
-    which = np.tile(np.arange(len(streams)), longest)
-    keep = order >= 0
-    order, which = order[keep], which[keep]
-    address = np.empty(order.size, dtype=np.uint64)
-    is_write = np.empty(order.size, dtype=np.uint8)
-    source = np.empty(order.size, dtype=np.uint8)
-    for j, s in enumerate(streams):
-        sel = which == j
-        address[sel] = s.address[order[sel]]
-        is_write[sel] = s.is_write[order[sel]]
-        source[sel] = s.source[order[sel]]
-    return address, is_write, source, which
+    return ChannelStream(address, is_write, source, total, n_reads * access, n_writes * access, channel,
+                         local.astype(np.uint64))

@@ -10,15 +10,24 @@ share a pool (G2.5 and G1.5 with PNM) replay it once.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from archsim.cache import L2Config, simulate_l2
 from archsim.config.memory import MemoryConfig
+from archsim.dram.analytic import unloaded_read_latency_cycles
 from archsim.memory import ReplayResult, Requests, replay
 from archsim.report.memory_stats import memory_stats
-from archsim.system.kvstream import ChannelShare, ChannelStream, KvGeometry, channel_share, channel_stream
+from archsim.system.kvstream import (
+    ChannelShare,
+    ChannelStream,
+    KvGeometry,
+    channel_local_to_physical,
+    channel_share,
+    channel_stream,
+)
 
 _CACHE: dict[str, PoolDram] = {}
 
@@ -37,6 +46,8 @@ class PoolDram:
     row_hit_rate: float
     bank_conflicts: float  # the whole pool, one layer (scaled)
     commands: dict[str, float]  # the whole pool, one layer (scaled)
+    l2_hit_rate: float | None  # host-path accesses served by the pool's L2 (None: no L2 on this path)
+    l2_lines: float  # L2 line reads and writes (lookups, fills, write-backs), whole pool, one layer
     bandwidth_GBps_per_channel: float  # sustained by the replayed channel
     peak_bandwidth_GBps_per_channel: float
     read_latency_ns: dict[str, float]
@@ -78,25 +89,31 @@ def _summarize(memory: MemoryConfig, result: ReplayResult, scale_requests: float
     return PoolDram(
         time_ns=time_ns, replayed_requests=replayed, full_requests=full, channels_replayed=channels_replayed,
         layers_replayed=layers_replayed, read_bytes=read_bytes, write_bytes=write_bytes,
-        row_hit_rate=mem["row_hit_rate"], bank_conflicts=mem["bank_conflicts"] * factor,
+        row_hit_rate=mem["row_hit_rate"], bank_conflicts=mem["bank_conflicts"] * factor, l2_hit_rate=None,
+        l2_lines=0.0,
         commands={k: v * factor for k, v in mem["commands"].items()},
         bandwidth_GBps_per_channel=per_channel_bw, peak_bandwidth_GBps_per_channel=peak,
         read_latency_ns=dict(mem["read_latency_ns"]), sources=mem["sources"], result=result)
 
 
 def sampled_layer(memory: MemoryConfig, geo: KvGeometry, pool_channels: int, order: str, *, tile_tokens: int,
-                  interleave_bytes: int, window: int, pool_rate_GBps: float | None) -> PoolDram:
+                  interleave_bytes: int, window: int, pool_rate_GBps: float | None,
+                  l2: L2Config | None = None) -> PoolDram:
     """One layer from the busiest channel's (windowed) stream; `pool_rate_GBps` paces the whole pool's arrivals
-    (the link's delivery rate for GPU fetches; None: as fast as the controller accepts, as the PNM loads)."""
+    (the link's delivery rate for GPU fetches; None: as fast as the controller accepts, as the PNM loads).
+    `l2`: the channel's slice of the pool's L2, in front of the controller on the host path."""
     share = channel_share(geo, pool_channels)
     key = _key("sampled", memory.resolved_tree, geo.__dict__, share.__dict__, order, tile_tokens, interleave_bytes,
-               window, pool_rate_GBps, pool_channels)
+               window, pool_rate_GBps, pool_channels, None if l2 is None else l2.__dict__)
     if key in _CACHE:
         return _CACHE[key]
     stream = channel_stream(memory, geo, share, order, tile_tokens=tile_tokens, interleave_bytes=interleave_bytes,
                             window=window)
     rate = None if pool_rate_GBps is None else pool_rate_GBps * share.read_bytes(geo) / geo.layer_bytes
     ts = paced_timestamps(len(stream), memory.organization.access_bytes, rate, memory.timing.tCK_ns)
+    hit_rate, lines = None, 0.0
+    if l2 is not None:
+        stream, ts, hit_rate, lines = _through_l2(memory, l2, stream, ts)
     result = replay_stream(memory, stream, ts)
     span_ns = max(1, result.total_cycles) * memory.timing.tCK_ns
     scale = stream.full_requests / len(stream)
@@ -106,8 +123,31 @@ def sampled_layer(memory: MemoryConfig, geo: KvGeometry, pool_channels: int, ord
     channels_scale = (geo.layer_bytes + geo.append_layer_bytes) / (stream.full_read_bytes + stream.full_write_bytes)
     out = _summarize(memory, result, scale, channels_scale, span_ns * scale, len(stream), stream.full_requests, 1, 1,
                      geo.layer_bytes, geo.append_layer_bytes)
+    if l2 is not None:
+        out = replace(out, l2_hit_rate=hit_rate, l2_lines=lines * scale * channels_scale)
     _CACHE[key] = out
     return out
+
+
+def _through_l2(memory: MemoryConfig, l2: L2Config, stream: ChannelStream,
+                ts: np.ndarray) -> tuple[ChannelStream, np.ndarray, float, float]:
+    """The channel's requests through its L2 slice (indexed by channel-local address, clocked with the memory):
+    what reaches the controller is the miss stream, each line fill or write-back as line-size / access-size
+    consecutive requests. A KV stream has no reuse within a step, so hits are the other accesses of a line."""
+    access = memory.organization.access_bytes
+    miss_latency = unloaded_read_latency_cycles(memory, "miss")
+    res = simulate_l2(l2, stream.local, is_write=stream.is_write, source=stream.source,
+                      kind=np.ones(len(stream), dtype=np.uint8), arrival_cycle=ts,
+                      memory_latency_cycles=miss_latency, flush=True)
+    per_line = l2.line_size_bytes // access
+    m = res.misses
+    local = (m.address[:, None] + np.arange(per_line, dtype=np.uint64)[None, :] * np.uint64(access)).reshape(-1)
+    address = channel_local_to_physical(memory.mapping, local, stream.channel)
+    filtered = ChannelStream(address, np.repeat(m.is_write, per_line), np.repeat(m.source, per_line),
+                             int(round(stream.full_requests * len(local) / len(stream))), stream.full_read_bytes,
+                             stream.full_write_bytes, stream.channel, local)
+    lines = float(len(stream) + len(m))  # every lookup plus every fill or write-back moves a line
+    return filtered, np.repeat(m.cycle, per_line), res.hit_rate(), lines
 
 
 def min_window_requests(memory: MemoryConfig) -> int:

@@ -4,28 +4,32 @@ The study runs on one channel (the busiest PNM unit's): its PNM stream (KV reads
 KV appends) and a background host stream (other tenants, prefix-reuse reads: source 0) at a configured share
 of the channel's peak bandwidth. Three replays through the memory core:
 
-* PNM alone, every request released at cycle 0 (the unit's DMA keeps the queues full); the cycle each
-  request is accepted is the PNM's *demand curve* when nobody else uses the channel;
+* PNM alone, every request released at cycle 0 (the unit's DMA keeps its share of the queues full);
 * host alone, paced at its configured rate;
-* mixed: the PNM requests released along their demand curve, the host requests at their pace, merged by
-  release time. The controller's arbiter (`qos.policy`, today only `shared`) decides who is served.
+* mixed: both. Each port injects its own requests in its own order into its own share of the controller's
+  queues (archsim's memory front end), and the controller's port arbiter - `qos.policy`, passed to the
+  pool memory's `controller.arbiter`: shared, priority, wrr, reservation, plus `qos.age_cap_cycles` -
+  decides whose ready request goes first.
 
 Metrics: per-source bandwidth and read latency p50/p99; slowdown = PNM finish time mixed / alone, host mean
-read latency (from release, queueing included) mixed / alone; Jain's fairness index over 1 / slowdown;
-row-buffer interference (a row opened for one source closed for the other) and bank conflicts by the source
-that holds the bank; violations of configured targets and reservations.
+read latency (from release, queueing included) mixed / alone; Jain's fairness index over 1 / slowdown; the
+controller's interference counters (rows opened for one port closed for the other, bank conflicts by
+newcomer and opener port); violations of configured targets and bandwidth guarantees (`reservation`).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from archsim.config.memory import ARBITERS, SOURCES, MemoryConfig
+from archsim.config.memory import ARBITERS, SOURCES, MemoryConfig, build_memory_config
 from archsim.config.section import Section
+from archsim.errors import ConfigError
 from archsim.memory import ReplayResult, Requests, replay
+from archsim.report.memory_stats import memory_stats
 from archsim.units import parse_time_ns
 
 PATTERNS = ("random", "sequential")
@@ -42,14 +46,20 @@ class HostTraffic:
 
 @dataclass(frozen=True)
 class QosSpec:
-    policy: str
+    policy: dict[str, Any]  # the pool controllers' port arbiter (memory.controller.arbiter), `impl` + its keys
+    age_cap_cycles: int  # memory.controller.age_cap_cycles: lifts a request that waited this long (0: off)
     host: HostTraffic | None
     reservation: dict[str, float]  # source -> guaranteed share of the channel's peak bandwidth
     targets: dict[str, float]  # pnm_slowdown / host_slowdown (ratios), host_read_p99 / pnm_read_p99 (ns)
 
 
 def parse_qos(s: Section) -> QosSpec:
-    policy = s.choice("policy", ARBITERS.names(), "shared")
+    raw = s.raw("policy", "shared")
+    policy = {"impl": raw} if isinstance(raw, str) else raw
+    if not isinstance(policy, dict) or policy.get("impl") not in ARBITERS.names():
+        raise s.error("policy", f"expected an arbiter ({', '.join(ARBITERS.names())}) or a mapping with `impl:`, "
+                                f"got {raw!r}")
+    age_cap = s.int("age_cap_cycles", 0, minimum=0)
     host = None
     if s.has("host_traffic"):
         h = s.sub("host_traffic")
@@ -82,7 +92,21 @@ def parse_qos(s: Section) -> QosSpec:
                 raise t.error(key, f"must be positive, got {targets[key]}")
     t.done()
     s.done()
-    return QosSpec(policy, host, reservation, targets)
+    return QosSpec(dict(policy), age_cap, host, reservation, targets)
+
+
+def qos_memory(memory: MemoryConfig, spec: QosSpec, file: str | None = None) -> MemoryConfig:
+    """The pool's memory with the study's port arbiter and age cap (checked by the memory config's parser)."""
+    tree = copy.deepcopy(memory.resolved_tree)
+    controller = tree["memory"].setdefault("controller", {})
+    controller["arbiter"] = copy.deepcopy(spec.policy)
+    controller["age_cap_cycles"] = spec.age_cap_cycles
+    try:
+        return build_memory_config(tree, memory.source_file)
+    except ConfigError as exc:
+        where = (exc.where or "").replace("memory.controller.arbiter", "system.qos.policy")
+        where = where.replace("memory.controller.age_cap_cycles", "system.qos.age_cap_cycles")
+        raise ConfigError(exc.detail, file=file, where=where) from None
 
 
 @dataclass(frozen=True)
@@ -127,33 +151,12 @@ def host_stream(memory: MemoryConfig, traffic: HostTraffic, channel: int, span_c
     return address, is_write, cycles
 
 
-def _interference(memory: MemoryConfig, result: ReplayResult) -> dict[str, int]:
-    """Rows closed for the other source and bank conflicts by the source holding the bank, from the per-request
-    outcomes in completion order per bank (the request that opened a row is the last miss/conflict before)."""
-    org = memory.organization
-    dec = memory.mapping.decode(result.requests.address)
-    bank = result.pseudo_channel.astype(np.int64) * org.banks_per_pseudo_channel + dec.bank_in_pseudo_channel(org)
-    order = np.lexsort((result.done_cycle, bank))
-    src = result.requests.source[order].astype(np.int64)
-    klass = result.request_class[order]
-    conflict = result.bank_conflict[order].astype(bool)
-    b = bank[order]
-    opens = (klass == 1) | (klass == 2)
-    # the opener's source of the row each request found: carry the last opener forward within a bank
-    idx = np.where(opens, np.arange(len(b)), -1)
-    idx = np.maximum.accumulate(idx)
-    prev_idx = np.concatenate([[-1], idx[:-1]])
-    same_bank = np.concatenate([[False], b[1:] == b[:-1]])
-    valid = same_bank & (prev_idx >= 0)
-    holder = np.where(valid, src[np.maximum(prev_idx, 0)], -1)
-    out: dict[str, int] = {}
-    for a, name_a in enumerate(SOURCES):
-        for h, name_h in enumerate(SOURCES):
-            if a == h:
-                continue
-            out[f"rows_of_{name_h}_closed_by_{name_a}"] = int(((klass == 2) & (src == a) & (holder == h)).sum())
-            out[f"bank_conflicts_{name_a}_vs_{name_h}"] = int((conflict & (src == a) & (holder == h)).sum())
-        out[f"bank_conflicts_{name_a}"] = int((conflict & (src == a)).sum())
+def _interference(result: ReplayResult) -> dict[str, int]:
+    """The controller's own counts (memory.qos.*): rows opened for one port closed for the other, and requests
+    that found their bank open on another port's row."""
+    qos = memory_stats(result, reproducible=True)["memory"]["qos"]
+    out = {f"row_closures.{k}": v for k, v in qos["row_closures"].items()}
+    out.update({f"bank_conflicts.{k}": v for k, v in qos["bank_conflicts"].items()})
     return out
 
 
@@ -163,7 +166,9 @@ def _source_stats(result: ReplayResult, code: int, tck: float, peak: float) -> d
     reads = sel & (req.is_write == 0)
     lat = (result.done_cycle - result.accept_cycle)[reads] * tck
     total = (result.done_cycle - req.timestamp_cycles)[reads] * tck
-    span = max(1, result.total_cycles) * tck
+    # over the source's own active window, first release to last completion: a port that finishes early is
+    # not charged the other's tail
+    span = (max(1, int(result.done_cycle[sel].max() - req.timestamp_cycles[sel].min())) * tck if sel.any() else 1.0)
     bw = float(np.where(result.request_class[sel] != 3, 1, 0).sum()) * result.config.organization.access_bytes / span
 
     def pct(a: np.ndarray, q: float) -> float:
@@ -190,10 +195,10 @@ def run_study(memory: MemoryConfig, pnm_address: np.ndarray, pnm_is_write: np.nd
         h_src = np.zeros(len(h_addr), dtype=np.uint8)
         host_alone = replay(memory, Requests.build(h_cycle, h_addr, h_write, h_src))
         host_alone_stats = _source_stats(host_alone, 0, tck, peak)
-        demand = alone.accept_cycle.astype(np.int64)
-        cycles = np.concatenate([demand, h_cycle])
-        tie = np.concatenate([np.arange(len(demand)) * 2, np.arange(len(h_cycle)) * 2 + 1])
-        order = np.lexsort((tie, cycles))
+        # each port injects its own requests in its own order (archsim memory front end): the PNM's DMA keeps
+        # its queue share full from cycle 0, the host's requests arrive at their pace
+        cycles = np.concatenate([zeros, h_cycle])
+        order = np.argsort(cycles, kind="stable")
         mixed = replay(memory, Requests.build(cycles[order], np.concatenate([pnm_address, h_addr])[order],
                                               np.concatenate([pnm_is_write, h_write])[order],
                                               np.concatenate([pnm_source, h_src])[order]))
@@ -207,7 +212,7 @@ def run_study(memory: MemoryConfig, pnm_address: np.ndarray, pnm_is_write: np.nd
     slowdown = {k: round(v, 6) for k, v in slowdown.items()}
     fairness = round(jain_index([1 / v for v in slowdown.values()]), 6)
     violations = _violations(spec, sources, slowdown, host_alone_stats)
-    return QosResult(sources, slowdown, fairness, _interference(memory, mixed), violations, mixed)
+    return QosResult(sources, slowdown, fairness, _interference(mixed), violations, mixed)
 
 
 def _violations(spec: QosSpec, sources: dict[str, dict[str, float]], slowdown: dict[str, float],

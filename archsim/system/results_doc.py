@@ -1,0 +1,243 @@
+"""docs/results.md, written from simulator runs: every number and every "who wins" in it comes from here.
+
+    python -m archsim.system.results_doc [--out docs/results.md]
+
+The comparison table is also checked by tests/test_system_results.py, so the document cannot drift from
+the tool.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from archsim.system.config import SystemConfig, load_system_config
+from archsim.system.decode import StepResult, simulate_step
+from archsim.system.report import render_table, run_comparison
+from archsim.system.workload import Workload, load_workload
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+SYSTEMS = ("g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme", "rdma-pool")
+WORKLOAD = "llama3-70b-b16"
+POLICIES = (("shared", "shared"), ("priority, PNM first", {"impl": "priority", "favor": "pnm"}),
+            ("priority, host first", {"impl": "priority", "favor": "host"}),
+            ("WRR host 1 : PNM 3", {"impl": "wrr", "weights": {"host": 1, "pnm": 3}}),
+            ("reservation: PNM 60 %", {"impl": "reservation", "source": "pnm", "share": 0.6}),
+            ("shared + age cap 2000 cycles", "shared"))
+
+
+def comparison_table(results: Sequence[StepResult]) -> str:
+    return "```\n" + render_table(results) + "\n```"
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.2f} ms"
+
+
+def _pick(results: Sequence[StepResult], system: str, context: int) -> StepResult:
+    return next(r for r in results if r.system == system and r.context == context)
+
+
+def _qo(r: StepResult) -> float:
+    return r.breakdown_ns["link_queries"] + r.breakdown_ns["link_outputs"]
+
+
+def _why(results: Sequence[StepResult], contexts: Sequence[int]) -> list[str]:
+    out: list[str] = []
+    lo, hi = contexts[0], contexts[-1]
+    for tier, pnm, nopnm in (("G2.5", "g25", "g25-nopnm"), ("G1.5", "g15", "g15-nopnm")):
+        a, b = _pick(results, pnm, hi), _pick(results, nopnm, hi)
+        gains = ", ".join(f"{_pick(results, nopnm, c).decode_step_ns / _pick(results, pnm, c).decode_step_ns:.1f}x"
+                          f" at {c // 1024}K" for c in contexts)
+        out.append(
+            f"* **PNM on {tier}** ({gains}). Without PNM every step moves the whole KV over the link: "
+            f"{b.gpu_link_bytes / 1e9:,.0f} GB at {hi // 1024}K, against {a.gpu_link_bytes / 1e6:.0f} MB of queries, "
+            f"outputs and appended K/V with PNM ({b.gpu_link_bytes / a.gpu_link_bytes:,.0f}x less). The fetch takes "
+            f"{_ms(b.breakdown_ns['link_fetch'])} on the link (max-min shared by the 8 GPUs) while the pool DRAM "
+            f"runs at {100 * b.dram_utilization:.1f} % of its peak; with PNM the same KV is read beside the "
+            f"controllers at {100 * a.dram_utilization:.0f} % of peak in {_ms(a.breakdown_ns['pnm'])}.")
+    g25, g15 = _pick(results, "g25", hi), _pick(results, "g15", hi)
+    out.append(
+        f"* **G1.5 vs G2.5 with PNM**: {_ms(g15.decode_step_ns)} vs {_ms(g25.decode_step_ns)} at {hi // 1024}K. "
+        f"Only queries and outputs cross the link ({_ms(_qo(g25))} per step on CXL, {_ms(_qo(g15))} on the scale-up "
+        f"fabric, {100 * _qo(g25) / g25.decode_step_ns:.1f} % and {100 * _qo(g15) / g15.decode_step_ns:.1f} % of "
+        "the step), so the fabric decides little once attention runs in the pool; the PNM's "
+        f"{_ms(g25.breakdown_ns['pnm'])} and the GPUs' weight reads ({_ms(g25.breakdown_ns['gpu_weights'])}) dominate.")
+    n25, n15 = _pick(results, "g25-nopnm", hi), _pick(results, "g15-nopnm", hi)
+    out.append(
+        f"* **G1.5 vs G2.5 without PNM**: {n25.decode_step_ns / n15.decode_step_ns:.1f}x in favour of G1.5 at "
+        f"{hi // 1024}K: the scale-up ports move the KV "
+        f"{n25.breakdown_ns['link_fetch'] / n15.breakdown_ns['link_fetch']:.0f}x faster than CXL x16. Even so G1.5 "
+        f"without PNM stays {n15.decode_step_ns / g15.decode_step_ns:.1f}x behind G1.5 with PNM: the GPUs must also "
+        "stage the fetched KV in their HBM (write, then read).")
+    g1_ok = [c for c in contexts if _pick(results, "gpu-hbm", c).ok]
+    g1_no = [c for c in contexts if not _pick(results, "gpu-hbm", c).ok]
+    if g1_ok:
+        c = g1_ok[-1]
+        g1, p = _pick(results, "gpu-hbm", c), _pick(results, "g15", c)
+        faster = g1.decode_step_ns < p.decode_step_ns
+        g15_cfg, g1_cfg = load_system_config("g15"), load_system_config("gpu-hbm")
+        assert g15_cfg.pool is not None
+        org, timing = g15_cfg.pool.memory.organization, g15_cfg.pool.memory.timing
+        pool_peak = g15_cfg.pool.devices * org.n_pseudo_channels * org.bus_width_bits * timing.data_rate_gbps / 8
+        gpus_peak = g1_cfg.gpus.count * g1_cfg.gpus.hbm_bandwidth_GBps
+        reason = ("attention reads the KV at the GPUs' own HBM bandwidth, with no link round trips per layer"
+                  if faster else
+                  f"the pool's stacks read the KV at up to {pool_peak / 1e3:.1f} TB/s beside their controllers, the "
+                  f"GPUs' HBM at {gpus_peak / 1e3:.1f} TB/s shared with the weights, which outweighs the per-layer "
+                  "query/output round trips")
+        out.append(
+            f"* **G1 (KV in GPU HBM)** is {'faster' if faster else 'slower'} than G1.5 with PNM while the KV fits "
+            f"({_ms(g1.decode_step_ns)} vs {_ms(p.decode_step_ns)} at {c // 1024}K): {reason}. "
+            + (f"At {', '.join(f'{x // 1024}K' for x in g1_no)} it does not fit "
+               f"({_pick(results, 'gpu-hbm', g1_no[0]).status.removeprefix('infeasible: ')}): the pool is where "
+               f"the KV has to go, and PNM is what keeps it fast there." if g1_no else ""))
+    e_p, e_n = _pick(results, "g25", hi), _pick(results, "g25-nopnm", hi)
+    top_n = sorted(e_n.energy_breakdown_pJ_per_token.items(), key=lambda kv: -kv[1])[:3]
+    out.append(
+        f"* **Energy per token** at {hi // 1024}K: {e_p.energy_pJ_per_token / 1e9:,.0f} mJ (G2.5 PNM) vs "
+        f"{e_n.energy_pJ_per_token / 1e9:,.0f} mJ (G2.5 without). Without PNM the largest terms are "
+        + ", ".join(f"{k} {v / 1e9:,.0f} mJ" for k, v in top_n)
+        + ": SerDes bits, staging the KV in GPU HBM, and pool background power over a step that lasts "
+          f"{_ms(e_n.decode_step_ns)}. With PNM the in-die DRAM read path dominates and the interposer and link "
+          "terms vanish.")
+    slow = [(s, _pick(results, s, lo)) for s in ("host-dram", "rdma-pool", "nvme")]
+    out.append("* **Offload baselines** at " + f"{lo // 1024}K: " + ", ".join(
+        f"{s} {_ms(r.decode_step_ns)}" for s, r in slow) + ": each is bound by its narrowest shared link (8 DDR5 "
+        "channels behind PCIe, one 400G NIC port, one NVMe drive), which every step must stream the KV through.")
+    return out
+
+
+def _qos_section(workload: Workload, context: int) -> list[str]:
+    base = load_system_config("g25-qos")
+    rows = ["| policy | PNM slowdown | host slowdown | Jain | PNM share | host share | host p99 ns | violations |",
+            "|---|---|---|---|---|---|---|---|"]
+    measured: dict[str, dict] = {}
+    for label, policy in POLICIES:
+        overrides = [f"system.qos.policy={policy if isinstance(policy, str) else _flow(policy)}"]
+        if "age cap" in label:
+            overrides.append("system.qos.age_cap_cycles=2000")
+        q = simulate_step(load_system_config(base.file, overrides), workload, context).qos
+        assert q is not None
+        measured[label] = q
+        src = q["sources"]
+        rows.append(f"| {label} | {q['slowdown']['pnm']:.2f} | {q['slowdown'].get('host', 1):.2f} | "
+                    f"{q['jain_fairness']:.3f} | {100 * src['pnm']['share_of_peak']:.1f} % | "
+                    f"{100 * src['host']['share_of_peak']:.1f} % | {src['host']['read_latency_ns_p99']:.0f} | "
+                    f"{len(q['violations'])} |")
+    shared = measured["shared"]["slowdown"]
+    best = min(measured, key=lambda k: measured[k]["slowdown"]["pnm"])
+    host_first = measured["priority, host first"]["slowdown"]
+    clean = [k for k, q in measured.items() if not q["violations"]]
+    rows += ["", f"Under the shared order the host's random rows stretch the PNM's streaming attention "
+             f"{shared['pnm']:.2f}x (host reads {shared['host']:.2f}x slower). The best policy for the PNM here, "
+             f"{best}, cuts its stretch to {measured[best]['slowdown']['pnm']:.2f}x and raises the host's to "
+             f"{measured[best]['slowdown']['host']:.2f}x; putting the host first gives "
+             f"{host_first['pnm']:.2f}x / {host_first['host']:.2f}x. "
+             + (f"Policies meeting every target: {', '.join(clean)}." if clean else
+                "No policy meets every target at this load (the channel is oversubscribed): the arbiter only "
+                "decides which port pays.")]
+    return rows
+
+
+def _dse_section(workload: Workload, context: int) -> list[str]:
+    """A compact version of scripts/dse_sweep.py on the G2.5 presets at one context."""
+    g25 = load_system_config("g25")
+    default = g25.pool.pnm.macs_per_cycle if g25.pool and g25.pool.pnm else 256
+    rows = ["| knob | value | G2.5 PNM step | PNM time | SRAM hit |", "|---|---|---|---|---|"]
+    lanes: dict[int, float] = {}
+    for value in (default // 8, default // 4, default // 2, default, default * 2):
+        r = simulate_step(load_system_config(g25.file, [f"system.pool.pnm.macs_per_cycle={value}"]), workload, context)
+        lanes[value] = r.breakdown_ns["pnm"]
+        rows.append(f"| MACs/cycle | {value} | {_ms(r.decode_step_ns)} | {_ms(r.breakdown_ns['pnm'])} | "
+                    f"{100 * (r.sram_hit_rate or 0):.1f} % |")
+    sram: dict[str, float] = {}
+    for value in ("48KiB", "80KiB", "96KiB", "512KiB"):
+        r = simulate_step(load_system_config(g25.file, [f"system.pool.pnm.sram={value}"]), workload, context)
+        sram[value] = r.breakdown_ns["pnm"]
+        rows.append(f"| SRAM | {value} | {_ms(r.decode_step_ns)} | {_ms(r.breakdown_ns['pnm'])} | "
+                    f"{100 * (r.sram_hit_rate or 0):.1f} % |")
+    keys = sorted(lanes)
+    saturated = next((a for a, b in zip(keys, keys[1:], strict=False) if lanes[a] / lanes[b] < 1.05), keys[-1])
+    best = min(sram.values())
+    enough = next(k for k in sram if sram[k] <= best * 1.001)
+    halve, double = lanes[default // 2] / lanes[default], lanes[default] / lanes[default * 2]
+    rows += ["", f"Halving the lanes from {default} to {default // 2} stretches the PNM time {halve:.2f}x and "
+             f"doubling them gains {double:.2f}x; beyond {saturated} MACs per cycle more lanes gain under 5 %: the "
+             f"unit is then bound by its channel's DRAM. Below {enough} the SRAM cannot hold the double-buffered K/V "
+             "tiles next to the whole query group, so the unit re-reads the KV per sub-group (up to "
+             f"{max(sram.values()) / best:.2f}x the time). "
+             "scripts/dse_sweep.py also sweeps every link's bandwidth on the four pool systems."]
+    return rows
+
+
+def _flow(tree: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(tree, default_flow_style=True).strip()
+
+
+def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequence[StepResult]) -> str:
+    contexts = workload.contexts
+    lines = [
+        "# Results: where each placement wins",
+        "",
+        "Generated by `python -m archsim.system.results_doc` from simulator runs; do not edit by hand",
+        "(`tests/test_system_results.py` checks the comparison table against the tool).",
+        "",
+        f"Workload `{workload.name}`: {workload.shape.name}, batch {workload.batch}, tensor parallel "
+        f"{workload.tensor_parallel} on 8 GPUs, contexts {', '.join(f'{c // 1024}K' for c in contexts)}. Systems: "
+        + ", ".join(f"`{s.name}` ({s.tier})" for s in systems) + ". Configs and the source of every default: "
+        "docs/systems.md. Command:",
+        "",
+        f"    archsim compare {' '.join(SYSTEMS)} --workload {workload.name} --plot results.png",
+        "",
+        "## Decode step per system and context",
+        "",
+        comparison_table(results),
+        "",
+        f"`step ms` is one decode step of all {workload.batch} sequences (`Mcycles`: the same in millions of GPU "
+        f"clock cycles at {systems[0].gpus.clock_GHz:g} GHz); `GPU-link MB` the bytes on the GPUs' own links per step "
+        "(both directions); `bank confl` and `row hit` the pool DRAM's, scaled from the sampled channel "
+        f"(sampling: one layer, the busiest channel, a {systems[0].sampling.window_requests}-request window; the "
+        "`sampling` block of each JSON entry says what was replayed).",
+        "",
+        "## Why each placement wins where it wins",
+        "",
+        *_why(results, contexts),
+        "",
+        f"## Host traffic at the pool controllers (`g25-qos`, {contexts[0] // 1024}K)",
+        "",
+        "Other host traffic (30 % of a channel's peak requested, random, 80 % reads; alone a random stream is "
+        "activation-bound below that) shares the PNM's channel. Slowdowns against each source alone; shares over "
+        "each source's own active window; violations of the targets in configs/systems/g25-qos.yaml:",
+        "",
+        *_qos_section(workload, contexts[0]),
+        "",
+        f"## Design space ({contexts[1] // 1024}K, G2.5)",
+        "",
+        *_dse_section(workload, contexts[1]),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else DOC
+    start = time.perf_counter()
+    systems = [load_system_config(s) for s in SYSTEMS]
+    workload = load_workload(WORKLOAD)
+    results = run_comparison(systems, workload)
+    text = render(systems, workload, results)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(f"wrote {out} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
