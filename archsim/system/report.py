@@ -125,6 +125,7 @@ def plot(results: Sequence[StepResult], path: str | Path, title: str = "") -> No
         fig.suptitle(title)
     fig.tight_layout()
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp{target.suffix}")
     fig.savefig(tmp, dpi=120, metadata={"Software": None})
     plt.close(fig)

@@ -54,6 +54,7 @@ def _digest(columns: dict[str, np.ndarray]) -> str:
 def atomic_write_bytes(path: str | Path, writer: Any, suffix: str = "") -> None:
     """Call `writer(file_object)` on a temp file beside `path`, then rename it over `path`."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "wb") as handle:
