@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.units import parse_size_bytes
 
@@ -79,13 +78,7 @@ class EnergyTable:
         p = Path(path)
         if not p.suffix and not p.exists():
             p = DEFAULT_TABLE.parent / f"{path}.yaml"
-        try:
-            data = yaml.safe_load(p.read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read energy table: {exc.strerror}", file=str(p)) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"not valid YAML: {exc}", file=str(p)) from None
-        top = Section(data, "", str(p))
+        top = Section(read_yaml(p), "", str(p))
         table = parse_energy_table(top.sub("energy"))
         top.done()
         return table

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from archsim.config.overrides import apply_overrides, deep_merge
 from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml
 from archsim.dram.address_map import AddressMapping, parse_address_mapping
 from archsim.dram.spec import Organization, Timing, parse_organization, parse_timing
 from archsim.errors import ConfigError
@@ -154,19 +153,6 @@ def parse_frontend(section: Section) -> FrontendConfig:
     return FrontendConfig(cap, posted)
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path), where=where) from None
-
-
 def available_standards() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in STANDARDS_DIR.glob("*.yaml")))
 
@@ -187,7 +173,7 @@ def resolve_memory_tree(tree: Any, file: str | None, overrides: tuple[str, ...] 
         if preset not in available_standards():
             raise ConfigError(f"unknown preset {preset!r} (available: {', '.join(available_standards())})",
                               file=file, where="memory.preset")
-        base = _read_yaml(STANDARDS_DIR / f"{preset}.yaml")
+        base = read_yaml(STANDARDS_DIR / f"{preset}.yaml")
         merged = deep_merge(base, {})
     merged = deep_merge(merged, memory)
     merged.setdefault("controller", {})
@@ -211,7 +197,7 @@ def build_memory_config(full: dict[str, Any], file: str | None) -> MemoryConfig:
 
 def load_memory_config(path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> MemoryConfig:
     path = Path(path)
-    full = resolve_memory_tree(_read_yaml(path), str(path), overrides)
+    full = resolve_memory_tree(read_yaml(path), str(path), overrides)
     return build_memory_config(full, str(path))
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import networkx as nx
-import yaml
 
 from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.units import parse_bandwidth_GBps, parse_time_ns
 
@@ -135,13 +135,7 @@ class Topology:
         p = Path(path)
         if not p.suffix and not p.exists():
             p = PRESETS_DIR / f"{path}.yaml"
-        try:
-            data = yaml.safe_load(p.read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read interconnect file: {exc.strerror}", file=str(p)) from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"not valid YAML: {exc}", file=str(p)) from None
-        top = Section(data, "", str(p))
+        top = Section(read_yaml(p), "", str(p))
         topo = parse_topology(top.sub("interconnect"))
         top.done()
         return topo

@@ -25,11 +25,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from archsim.config.memory import MemoryConfig
 from archsim.config.overrides import apply_overrides
 from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes, parse_time_ns
 
@@ -190,23 +189,10 @@ def build_pnm_config(tree: Any, file: str | None) -> PnmConfig:
                      file, tree)
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else None
-        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path), where=where) from None
-
-
 def load_pnm_config(path: str | Path | None = None, overrides: tuple[str, ...] | list[str] = ()) -> PnmConfig:
     """Read a PNM config (default: configs/pnm/default.yaml) and apply `pnm.a.b=value` overrides."""
     path = Path(path) if path is not None else DEFAULT_PNM_CONFIG
-    tree = _read_yaml(path)
+    tree = read_yaml(path)
     if isinstance(tree, dict):
         apply_overrides(tree, overrides, str(path))
     return build_pnm_config(tree, str(path))

@@ -39,6 +39,7 @@ from archsim.cache.l2 import L2Config, parse_l2
 from archsim.config.memory import MemoryConfig, load_memory_config
 from archsim.config.overrides import apply_overrides
 from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.energy import EnergyTable
 from archsim.errors import ConfigError
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
@@ -144,30 +145,14 @@ class SystemConfig:
         return names[:n]
 
 
-def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
-
-
 def resolve_system_path(name_or_path: str | Path) -> Path:
     """A path, or a preset name (`g25` -> configs/systems/g25.yaml)."""
-    p = Path(name_or_path)
-    if p.exists() or p.suffix:
-        return p
-    preset = SYSTEMS_DIR / f"{name_or_path}.yaml"
-    if not preset.exists():
-        known = ", ".join(sorted(q.stem for q in SYSTEMS_DIR.glob("*.yaml")))
-        raise ConfigError(f"no system file or preset {str(name_or_path)!r} (presets: {known})")
-    return preset
+    return resolve_preset(name_or_path, SYSTEMS_DIR, "system")
 
 
 def load_system_config(name_or_path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> SystemConfig:
     path = resolve_system_path(name_or_path)
-    tree = _read_yaml(path)
+    tree = read_yaml(path)
     if isinstance(tree, dict):
         apply_overrides(tree, overrides, str(path))
     return system_config_from_mapping(tree, file=str(path))
@@ -265,7 +250,7 @@ def _parse_interconnect(root: Section, file: str | None) -> Topology:
                 raise s.error("preset", f"unknown interconnect preset {s.data['preset']!r} (known: {known})")
         elif not p.is_absolute() and file is not None:
             p = Path(file).resolve().parent / p
-        loaded = _read_yaml(p)
+        loaded = read_yaml(p)
         if not isinstance(loaded, dict) or "interconnect" not in loaded:
             raise ConfigError("expected a top-level `interconnect:` mapping", file=str(p))
         data, src_file, path = loaded["interconnect"], str(p), "interconnect"

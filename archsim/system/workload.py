@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError, TraceError
 from archsim.models import ModelShape, dtype_bytes, load_preset
 from archsim.models.shape import ModelShape as _Shape
@@ -72,25 +72,12 @@ def parse_tokens(value: object, where: str) -> int:
 
 
 def resolve_workload_path(name_or_path: str | Path) -> Path:
-    p = Path(name_or_path)
-    if p.exists() or p.suffix:
-        return p
-    preset = WORKLOADS_DIR / f"{name_or_path}.yaml"
-    if not preset.exists():
-        known = ", ".join(sorted(q.stem for q in WORKLOADS_DIR.glob("*.yaml")))
-        raise ConfigError(f"no workload file or preset {str(name_or_path)!r} (presets: {known})")
-    return preset
+    return resolve_preset(name_or_path, WORKLOADS_DIR, "workload")
 
 
 def load_workload(name_or_path: str | Path) -> Workload:
     path = resolve_workload_path(name_or_path)
-    try:
-        tree = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", file=str(path)) from None
-    return workload_from_mapping(tree, file=str(path))
+    return workload_from_mapping(read_yaml(path), file=str(path))
 
 
 def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:
