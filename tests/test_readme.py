@@ -7,7 +7,6 @@ import shlex
 from click.testing import CliRunner
 
 from archsim.cli import main
-
 from tests.conftest import REPO
 
 
