@@ -665,11 +665,14 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 queued -= 1
                 freed = True
                 # next visit: more hits wait for the data bus; a bank left without hits may precharge or activate
-                v = col_bound(WR if col_w else RD, pc, ranks, nxt_rank, nxt_pc)
-                if bankq:
-                    v = min(v, col_bound(RD if col_w else WR, pc, ranks, nxt_rank, nxt_pc))
-                if v < nt:
-                    nt = v
+                if policy == POL_TIMEOUT and t + timeout < nt:
+                    nt = t + timeout  # this row may time out
+                if hsum_r[pc] + hsum_w[pc] > 0:
+                    v = col_bound(WR if col_w else RD, pc, ranks, nxt_rank, nxt_pc)
+                    if bankq:
+                        v = min(v, col_bound(RD if col_w else WR, pc, ranks, nxt_rank, nxt_pc))
+                    if v < nt:
+                        nt = v
                 if pend[gb] > hits_r[gb] + hits_w[gb]:
                     v = nxt_bank[gb, PRE] if open_row[gb] >= 0 else nxt_bank[gb, ACT]
                     if v < nt:
