@@ -378,19 +378,28 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 bc_cmd = -1
                 br_cmd = -1
                 bc_w = False
-                # each candidate's exact earliest time sets the wake-up; bus- or rank-wide bounds alone would
-                # wake the channel before tRCD or tRRD_L allow
                 if bankq:
                     n_hits = hsum_r[pc] + hsum_w[pc]
                     n_sched = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc]
+                    cb = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                    v = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
+                    if v < cb:
+                        cb = v
                 elif use_w:
                     n_hits = hsum_w[pc]
                     n_sched = wq_len[pc]
+                    cb = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                 else:
                     n_hits = hsum_r[pc]
                     n_sched = rq_len[pc]
+                    cb = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
                 want_col = n_hits > 0
+                if want_col and cb > t:
+                    want_col = False
+                    if cb < nt:
+                        nt = cb
                 want_row = n_sched > n_hits and not row_is_ref
+                ab = act_bound(pc, ranks, ref_block_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                 if (want_col or want_row) and fcfs:
                     # FCFS: only the oldest schedulable request of the pseudo-channel may act
                     idx = -1
@@ -518,6 +527,13 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         if orow < 0:
                             if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
                                 continue  # refresh holds this rank or bank; refresh progress wakes the channel
+                            if ab > t:
+                                v = nxt_bank[gb, ACT]
+                                if v < ab:
+                                    v = ab
+                                if v < nt:
+                                    nt = v
+                                continue
                             cmd = ACT
                         else:
                             cmd = PRE
