@@ -70,3 +70,17 @@ def test_empty_trace_is_an_error(tmp_path):
     path.write_text("# nothing\n")
     with pytest.raises(TraceError, match="no requests"):
         read_trace(path, "dramsim3")
+
+
+def test_dramsim3_spellings_and_backwards_timestamps(tmp_path):
+    """DRAMSim3's other operation names parse; a timestamp below an earlier one waits behind it (file order)."""
+    from archsim.memory import Requests, replay
+    from tests.conftest import config
+
+    path = tmp_path / "d.trace"
+    path.write_text("0x0 P_MEM_RD 100\n0x40 P_MEM_WR 5\n0x80 read 0\n0xc0 BOFF 200\n")
+    trace = read_trace(path)
+    assert trace.is_write.tolist() == [0, 1, 0, 1]
+    result = replay(config("HBM2"), Requests.build(trace.timestamp_cycles, trace.address, trace.is_write))
+    assert result.accept_cycle.tolist()[:3] == [100, 100, 100]  # in file order, none before its own time
+    assert result.accept_cycle[3] == 200

@@ -1,7 +1,9 @@
 """Text trace formats of other simulators, read and written, and format auto-detection.
 
 DRAMSim3: one request per line, `0x<hex address> READ|WRITE <cycle>`, the cycle in memory command-clock
-cycles (DRAMSim3's trace CPU runs at the memory clock). Ramulator 2 LoadStore: `LD 0x<hex>` / `ST 0x<hex>`,
+cycles (DRAMSim3's trace CPU runs at the memory clock); its other spellings (read/write, P_MEM_RD, P_FETCH,
+P_MEM_WR, BOFF) are read too. Timestamps need not increase: requests go in file order, each no earlier than
+its own timestamp. Ramulator 2 LoadStore: `LD 0x<hex>` / `ST 0x<hex>`,
 no timestamps: requests are injected as fast as the controller accepts them (timestamp 0).
 Blank lines and lines starting with `#` are skipped. A line that does not parse is an error naming it.
 """
@@ -17,7 +19,9 @@ from archsim.errors import TraceError
 from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
 
 FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
-_DRAMSIM3_OPS = {"READ": 0, "WRITE": 1, "read": 0, "write": 1}
+# DRAMSim3 reads these spellings (its common.cc); P_MEM_WR and BOFF are writes there too
+_DRAMSIM3_OPS = {"READ": 0, "WRITE": 1, "read": 0, "write": 1, "P_MEM_RD": 0, "P_FETCH": 0, "P_MEM_WR": 1,
+                 "BOFF": 1}
 _RAMULATOR_OPS = {"LD": 0, "ST": 1}
 
 
