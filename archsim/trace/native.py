@@ -95,6 +95,9 @@ def load_physical_trace(path: str | Path) -> PhysicalTrace:
         with np.load(path, allow_pickle=False) as data:
             names = set(data.files)
             if "header" not in names:
+                if any(name.startswith("chunks/") for name in names):
+                    raise TraceError("this is a logical (tensor-level) trace; map it to requests first with "
+                                     "`archsim trace convert TRACE --to native -o OUT.npz`", file=file)
                 raise TraceError("not an archsim physical trace (no header)", file=file)
             meta = json.loads(bytes(data["header"]).decode())
             columns = {}
