@@ -17,8 +17,8 @@ P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP = range(27, 34)
 N_PARAMS = 34
 
 # Scalars carried between calls, in `scal`.
-S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_SCANNED, S_LOOPS, S_IDLE, S_TLIMIT = range(12)
-N_SCALARS = 12
+S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_LOOPS, S_IDLE, S_TLIMIT = range(11)
+N_SCALARS = 11
 
 # Request classes.
 C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3

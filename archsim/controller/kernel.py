@@ -87,7 +87,6 @@ from archsim.controller.codes import (
     S_NLOG,
     S_PTR,
     S_QUEUED,
-    S_SCANNED,
     S_T,
     S_TLIMIT,
     S_VISITS,
@@ -164,7 +163,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     port_injected = np.zeros(2, dtype=np.int64)
     port_blocked = np.zeros(2, dtype=np.bool_)
     n_visits = 0
-    n_scanned = 0
     n_loops = 0
     n_idle = 0
     queued = scal[S_QUEUED]
@@ -807,7 +805,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         t = nt
 
     scal[S_VISITS] += n_visits
-    scal[S_SCANNED] += n_scanned
     scal[S_LOOPS] += n_loops
     scal[S_IDLE] += n_idle
     scal[S_T] = t

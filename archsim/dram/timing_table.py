@@ -108,14 +108,5 @@ def sparse_timing_table(gap: np.ndarray) -> np.ndarray:
     return table
 
 
-def read_latency_cycles(timing: Timing) -> int:
-    """Column read to last data beat on the bus."""
-    return timing.CL + timing.tBURST
-
-
-def write_data_end_cycles(timing: Timing) -> int:
-    return timing.CWL + timing.tBURST
-
-
-__all__ = ["compile_timing_table", "RULES", "LEVEL_NAMES", "read_latency_cycles", "write_data_end_cycles",
-           "BANK", "BANKGROUP", "RANK", "PSEUDO_CHANNEL", "OTHER_RANKS", "N_LEVELS", "PREA", "REF"]
+__all__ = ["compile_timing_table", "sparse_timing_table", "RULES", "LEVEL_NAMES", "BANK", "BANKGROUP", "RANK",
+           "PSEUDO_CHANNEL", "OTHER_RANKS", "N_LEVELS"]

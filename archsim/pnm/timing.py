@@ -338,7 +338,9 @@ class UnitTimer:
             for r in srcs[pc]:
                 if reg_ready[r] > bound:
                     bound, cause = reg_ready[r], DEP
-            for g in reads_all[i]:
+            # a buffer read waits for its last write; a buffer write also waits for the reads before it
+            n_reads = len(reads_all[i])
+            for j, g in enumerate((*reads_all[i], *writes_all[i])):
                 k = w_pending[g]
                 if k >= 0:
                     c = self._completion(k)
@@ -348,17 +350,7 @@ class UnitTimer:
                     w_pending[g], w_ready[g], w_busy[g], w_cat[g] = -1, c, c, MEM
                 if w_ready[g] > bound:
                     bound, cause, split = w_ready[g], w_cat[g], w_busy[g]
-            for g in writes_all[i]:
-                k = w_pending[g]
-                if k >= 0:
-                    c = self._completion(k)
-                    if c is None:
-                        self._block(i, k)
-                        return
-                    w_pending[g], w_ready[g], w_busy[g], w_cat[g] = -1, c, c, MEM
-                if w_ready[g] > bound:
-                    bound, cause, split = w_ready[g], w_cat[g], w_busy[g]
-                if r_done[g] > bound:
+                if j >= n_reads and r_done[g] > bound:
                     bound, cause = r_done[g], r_cat[g]
             if kind == COMPUTE:
                 e = eus[i]
