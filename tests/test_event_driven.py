@@ -49,3 +49,21 @@ def test_event_driven_equals_every_cycle(preset, variant):
     for field in ("cycle", "command", "pseudo_channel", "bank", "row"):
         assert np.array_equal(getattr(fast.command_log, field), getattr(slow.command_log, field)), field
     assert fast.total_cycles == slow.total_cycles
+
+
+def test_more_than_64_banks_per_pseudo_channel():
+    """Candidate bank masks span several 64-bit words: banks past the first word are scheduled too."""
+    from archsim.dram.checker import check_command_log
+
+    cfg = config("HBM3", "memory.organization.ranks=4", "memory.organization.bankgroups=8",
+                 "memory.organization.capacity=64GiB")
+    assert cfg.organization.banks_per_pseudo_channel == 128
+    requests = _mixed_stream(cfg, n=3000)
+    fast = replay(cfg, requests, command_log=True)
+    slow = replay(cfg, requests, command_log=True, tick_every_cycle=True)
+    assert np.array_equal(fast.done_cycle, slow.done_cycle)
+    assert np.array_equal(fast.command_log.cycle, slow.command_log.cycle)
+    assert (fast.done_cycle >= 0).all()
+    assert fast.command_log.bank.max() >= 64  # banks in the second mask word did issue
+    checked = check_command_log(fast.command_log, cfg.organization, cfg.timing, refresh_mode="all_bank")
+    assert checked.violations == []

@@ -24,6 +24,7 @@ from archsim.controller.bank_timing import (
     row_earliest,
     set_hits,
 )
+from archsim.controller.candidates import CAND_ACT, CAND_HIT, VIEW_BOTH, VIEW_READS, VIEW_WRITES, classify
 from archsim.controller.codes import (
     ACT,
     ARB_PRIORITY_HOST,
@@ -113,7 +114,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
-               bhead, btail, bcnt, bnext, bprev, amask,
+               bhead, btail, bcnt, bnext, bprev, cmask, cand_wait,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
                ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
@@ -155,6 +156,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     rcap = prm[P_RCAP]
     agecap = prm[P_AGECAP]
     ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first
+    capped = policy == POL_OPEN_CAP
+    words = cmask.shape[3]
     bankq = bqd > 0
 
     t = scal[S_T]
@@ -230,7 +233,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     ready[idx] = INF
                 else:
                     ready[idx] = t + delay
-                    link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                    link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -252,6 +255,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         hsum_r[pc] += 1
                 pend[gb] += 1
                 queued += 1
+                if not bankq:
+                    classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                 # when must the channel look at this request? One that may change which queue is served (drain
                 # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
                 if bankq or is_w or (rq_len[pc] == 1 and wq_len[pc] > 0):
@@ -320,14 +325,15 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     if tokens[pc] >= TOKEN:
                         favored = rsrc
                 if bankq:
-                    moved = False
                     if use_w:
                         moved = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
-                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt)
                     else:
                         moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
-                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
-                    if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
+                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt)
+                    if moved >= 0:
+                        classify(moved, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
+                    if moved >= 0 or rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
                 ref_block_rank = -1
@@ -441,49 +447,59 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                     best_row_key = idx
                                     br_cmd = cmd
                 elif want_col or want_row:
-                    # FR-FCFS over banks: per bank the oldest row hit (column command) and the oldest other
-                    # request (ACT or PRE); across banks the oldest ready of each kind
+                    # FR-FCFS: the oldest ready row hit (column command) and the oldest ready other request
+                    # (ACT or PRE), looking only at banks whose candidate bit is set
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
-                    pending = amask[pc] if bpp <= 64 else ~np.uint64(0)
-                    while pending != 0:
-                        lowest = pending & (~pending + np.uint64(1))
-                        pending ^= lowest
-                        bb = bit_index(lowest)
-                        if bb >= bpp:
-                            break
-                        gb = base + bb
-                        cnt = 0
-                        for k in range(k_lo, k_hi):
-                            cnt += bcnt[gb, k]
-                        if cnt == 0:
+                    view = VIEW_BOTH if bankq else (VIEW_WRITES if use_w else VIEW_READS)
+                    for kind in range(3):
+                        if kind == CAND_HIT and not want_col:
                             continue
-                        orow = open_row[gb]
-                        if bankq:
-                            h = hits_r[gb] + hits_w[gb]
-                        elif use_w:
-                            h = hits_w[gb]
-                        else:
-                            h = hits_r[gb]
-                        if orow >= 0 and h > 0 and want_col:
-                            idx = -1
-                            kidx = INF
-                            for k in range(k_lo, k_hi):
-                                j = bhead[gb, k]
-                                while j >= 0:
-                                    if req_row[j] == orow:
-                                        kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                        if kj < kidx:
-                                            kidx = kj
-                                            idx = j
-                                        if not ordered:
-                                            break
-                                    j = bnext[j]
-                            if idx >= 0 and (best_col < 0 or kidx < best_col_key):
-                                if ready[idx] > t:
-                                    if ready[idx] < nt:
-                                        nt = ready[idx]
-                                else:
+                        if kind != CAND_HIT and not want_row:
+                            break
+                        if kind == CAND_ACT and ab > t:
+                            # no ACT before the shared bound (tRRD, tFAW): look again then
+                            for word in range(words):
+                                if cmask[pc, view, kind, word] != 0 and ab < nt:
+                                    nt = ab
+                            continue
+                        slot = view * 3 + kind
+                        for word in range(words):
+                            pending = cmask[pc, view, kind, word]
+                            while pending != 0:
+                                bb = word * 64 + bit_index(pending)
+                                pending &= pending - np.uint64(1)
+                                gb = base + bb
+                                v = cand_wait[gb, slot]
+                                if v > t:
+                                    if v < nt:
+                                        nt = v
+                                    continue
+                                orow = open_row[gb]
+                                hit = kind == CAND_HIT
+                                # the first (oldest, or highest-priority) request of this bank of the kind
+                                idx = -1
+                                kidx = INF
+                                for k in range(k_lo, k_hi):
+                                    j = bhead[gb, k]
+                                    while j >= 0:
+                                        if (req_row[j] == orow) == hit:
+                                            kj = priority_key(j, t, req_src, accept, favored, agecap)
+                                            if kj < kidx:
+                                                kidx = kj
+                                                idx = j
+                                            if not ordered:
+                                                break
+                                        j = bnext[j]
+                                if idx < 0:
+                                    continue
+                                if hit:
+                                    if best_col >= 0 and kidx >= best_col_key:
+                                        continue
+                                    if ready[idx] > t:
+                                        if ready[idx] < nt:
+                                            nt = ready[idx]
+                                        continue
                                     is_w_req = req_write[idx] != 0
                                     auto = False
                                     if policy == POL_CLOSED:
@@ -496,58 +512,37 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                         best_col_key = kidx
                                         bc_cmd = cmd
                                         bc_w = is_w_req
-                                    elif e < nt:
+                                    else:
+                                        if view != VIEW_BOTH:  # else the next hit may be the other direction
+                                            cand_wait[gb, slot] = e
+                                        if e < nt:
+                                            nt = e
+                                    continue
+                                if ready[idx] > t:
+                                    if ready[idx] < nt:
+                                        nt = ready[idx]
+                                    continue
+                                if kind == CAND_ACT:
+                                    if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
+                                        continue  # refresh holds this rank or bank; refresh progress wakes the channel
+                                    cmd = ACT
+                                else:
+                                    cmd = PRE
+                                e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
+                                              nxt_pc, faw, faw_pos, tfaw)
+                                if e <= t:
+                                    if best_row < 0 or kidx < best_row_key:
+                                        if best_row >= 0:
+                                            nt = t + 1
+                                        best_row = idx
+                                        best_row_key = kidx
+                                        br_cmd = cmd
+                                    else:
+                                        nt = t + 1
+                                else:
+                                    cand_wait[gb, slot] = e
+                                    if e < nt:
                                         nt = e
-                        if not want_row or cnt == h:
-                            continue
-                        if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
-                            continue  # the open row's hits go first; their column commands wake the channel
-                        # the first (oldest, or highest-priority) request of this bank not hitting the open row
-                        idx = -1
-                        kidx = INF
-                        for k in range(k_lo, k_hi):
-                            j = bhead[gb, k]
-                            while j >= 0:
-                                if req_row[j] != orow:
-                                    kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                    if kj < kidx:
-                                        kidx = kj
-                                        idx = j
-                                    if not ordered:
-                                        break
-                                j = bnext[j]
-                        if idx < 0:
-                            continue
-                        if ready[idx] > t:
-                            if ready[idx] < nt:
-                                nt = ready[idx]
-                            continue
-                        if orow < 0:
-                            if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
-                                continue  # refresh holds this rank or bank; refresh progress wakes the channel
-                            if ab > t:
-                                v = nxt_bank[gb, ACT]
-                                if v < ab:
-                                    v = ab
-                                if v < nt:
-                                    nt = v
-                                continue
-                            cmd = ACT
-                        else:
-                            cmd = PRE
-                        e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
-                                      faw, faw_pos, tfaw)
-                        if e <= t:
-                            if best_row < 0 or kidx < best_row_key:
-                                if best_row >= 0:
-                                    nt = t + 1
-                                best_row = idx
-                                best_row_key = kidx
-                                br_cmd = cmd
-                            else:
-                                nt = t + 1
-                        elif e < nt:
-                            nt = e
                 # ---- timeout policy: close idle rows nobody is waiting for
                 timeout_bank = -1
                 if policy == POL_TIMEOUT and (best_row >= 0 or row_is_ref):
@@ -623,7 +618,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt)
                 apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 if col_w:
@@ -658,6 +653,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if col_cmd in (RDA, WRA):
                     open_row[gb] = -1
                     set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -709,6 +705,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
                     set_hits(gb, pc, count_row(gb, 0, row, bhead, bnext, req_row),
                               count_row(gb, 1, row, bhead, bnext, req_row), hits_r, hits_w, hsum_r, hsum_w)
+                    classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
@@ -722,6 +719,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     row = open_row[gb]
                     open_row[gb] = -1
                     set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                    classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -737,6 +735,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         gbb = base + r * bpr + bb
                         open_row[gbb] = -1
                         set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                        classify(gbb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from archsim.controller.codes import AGE_BITS, INF, S_LOGOVF, S_NLOG
 
@@ -31,10 +33,8 @@ def remove_at(queue, qlen, pc, i):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
+def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
     """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
-    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
-        amask[gb // bpp] |= np.uint64(1) << np.uint64(gb % bpp)
     tail = btail[gb, k]
     bprev[idx] = tail
     bnext[idx] = -1
@@ -47,7 +47,7 @@ def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
+def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
     before = bprev[idx]
     after = bnext[idx]
     if before >= 0:
@@ -59,32 +59,17 @@ def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
     else:
         btail[gb, k] = before
     bcnt[gb, k] -= 1
-    if bcnt[gb, 0] + bcnt[gb, 1] == 0 and bpp <= 64:
-        amask[gb // bpp] &= ~(np.uint64(1) << np.uint64(gb % bpp))
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def bit_index(low):
-    """Index of the single set bit of `low` (a uint64 power of two), by binary search."""
-    i = 0
-    if low & np.uint64(0xFFFFFFFF) == 0:
-        low >>= np.uint64(32)
-        i += 32
-    if low & np.uint64(0xFFFF) == 0:
-        low >>= np.uint64(16)
-        i += 16
-    if low & np.uint64(0xFF) == 0:
-        low >>= np.uint64(8)
-        i += 8
-    if low & np.uint64(0xF) == 0:
-        low >>= np.uint64(4)
-        i += 4
-    if low & np.uint64(0x3) == 0:
-        low >>= np.uint64(2)
-        i += 2
-    if low & np.uint64(0x1) == 0:
-        i += 1
-    return i
+@intrinsic
+def bit_index(typingctx, low):
+    """Index of the lowest set bit of a uint64 (LLVM cttz: one instruction)."""
+    sig = types.int64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return sig, codegen
 
 
 @njit(cache=True, error_model="numpy")
@@ -113,8 +98,8 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
 
 @njit(cache=True, error_model="numpy")
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
-              bhead, btail, bnext, bprev, bcnt, amask, bpp):
-    """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
+              bhead, btail, bnext, bprev, bcnt):
+    """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
         if ready[idx] < INF:
@@ -123,10 +108,10 @@ def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, 
         if win[gb] < bqd:
             win[gb] += 1
             ready[idx] = t + 1
-            link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+            link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt)
             unmoved[pc] -= 1
             if open_row[gb] == req_row[idx]:
                 hits[gb] += 1
                 hsum[pc] += 1
-            return True
-    return False
+            return gb
+    return -1
