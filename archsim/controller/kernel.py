@@ -382,6 +382,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 bc_cmd = -1
                 br_cmd = -1
                 bc_w = False
+                ready_pre = 0
+                ready_act = 0
                 if bankq:
                     n_hits = hsum_r[pc] + hsum_w[pc]
                     n_sched = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc]
@@ -531,18 +533,22 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                 e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
                                               nxt_pc, faw, faw_pos, tfaw)
                                 if e <= t:
+                                    if cmd == ACT:
+                                        ready_act += 1
+                                    else:
+                                        ready_pre += 1
                                     if best_row < 0 or kidx < best_row_key:
-                                        if best_row >= 0:
-                                            nt = t + 1
                                         best_row = idx
                                         best_row_key = kidx
                                         br_cmd = cmd
-                                    else:
-                                        nt = t + 1
                                 else:
                                     cand_wait[gb, slot] = e
                                     if e < nt:
                                         nt = e
+                # another ready row command may issue next cycle; other ACTs behind an ACT wait for tRRD/tFAW,
+                # which the ACT's own wake-up covers
+                if ready_pre + ready_act > 1 and (br_cmd != ACT or ready_pre > 0):
+                    nt = t + 1
                 # ---- timeout policy: close idle rows nobody is waiting for
                 timeout_bank = -1
                 if policy == POL_TIMEOUT and (best_row >= 0 or row_is_ref):
