@@ -18,7 +18,6 @@ from archsim.config.memory import (
     MemoryConfig,
 )
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
-from archsim.controller.candidates import mask_words
 from archsim.controller.kernel import run_kernel
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table, sparse_timing_table
@@ -326,11 +325,9 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
              per(n_bank), per(n_bank), per(n_bank),
              np.full((n_bank, 2), -1, dtype=np.int64), np.full((n_bank, 2), -1, dtype=np.int64),
              np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1),
-             np.zeros((n_pc, 3, 3, mask_words(org.banks_per_pseudo_channel)), dtype=np.uint64),
-             np.zeros((n_bank, 9), dtype=np.int64))
+             np.zeros((n_pc, (org.banks_per_pseudo_channel + 63) // 64), dtype=np.uint64))
     # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win, then the per-bank
-    # request lists (head, tail, count per kind), their links (next, previous per request) and the candidate
-    # masks (controller/candidates.py)
+    # request lists (head, tail, count per kind) and their links (next, previous per request)
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),

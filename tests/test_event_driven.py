@@ -52,7 +52,7 @@ def test_event_driven_equals_every_cycle(preset, variant):
 
 
 def test_more_than_64_banks_per_pseudo_channel():
-    """Candidate bank masks span several 64-bit words: banks past the first word are scheduled too."""
+    """Active-bank masks span several 64-bit words: banks past the first word are scheduled too."""
     from archsim.dram.checker import check_command_log
 
     cfg = config("HBM3", "memory.organization.ranks=4", "memory.organization.bankgroups=8",

@@ -26,35 +26,47 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
     return e
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@njit(cache=True, error_model="numpy")
 def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
     `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, so a command touches a
     handful of cells rather than the whole levels x commands table.
     """
-    for k in range(sparse.shape[1]):
-        level = sparse[cmd, k, 0]
-        if level < 0:
-            break
+    # rules are sorted by level: one plain loop per scope, no per-rule dispatch
+    width = sparse.shape[1]
+    k = 0
+    while k < width and sparse[cmd, k, 0] == 0:
         n = sparse[cmd, k, 1]
         v = t + sparse[cmd, k, 2]
-        if level == 0:
-            if v > nxt_bank[gb, n]:
-                nxt_bank[gb, n] = v
-        elif level == 1:
-            if v > nxt_bg[bgf, n]:
-                nxt_bg[bgf, n] = v
-        elif level == 2:
-            if v > nxt_rank[rf, n]:
-                nxt_rank[rf, n] = v
-        elif level == 3:
-            if v > nxt_pc[pc, n]:
-                nxt_pc[pc, n] = v
-        else:
-            for r in range(pc * ranks, pc * ranks + ranks):
-                if r != rf and v > nxt_rank[r, n]:
-                    nxt_rank[r, n] = v
+        if v > nxt_bank[gb, n]:
+            nxt_bank[gb, n] = v
+        k += 1
+    while k < width and sparse[cmd, k, 0] == 1:
+        n = sparse[cmd, k, 1]
+        v = t + sparse[cmd, k, 2]
+        if v > nxt_bg[bgf, n]:
+            nxt_bg[bgf, n] = v
+        k += 1
+    while k < width and sparse[cmd, k, 0] == 2:
+        n = sparse[cmd, k, 1]
+        v = t + sparse[cmd, k, 2]
+        if v > nxt_rank[rf, n]:
+            nxt_rank[rf, n] = v
+        k += 1
+    while k < width and sparse[cmd, k, 0] == 3:
+        n = sparse[cmd, k, 1]
+        v = t + sparse[cmd, k, 2]
+        if v > nxt_pc[pc, n]:
+            nxt_pc[pc, n] = v
+        k += 1
+    while k < width and sparse[cmd, k, 0] == 4:
+        n = sparse[cmd, k, 1]
+        v = t + sparse[cmd, k, 2]
+        for r in range(pc * ranks, pc * ranks + ranks):
+            if r != rf and v > nxt_rank[r, n]:
+                nxt_rank[r, n] = v
+        k += 1
 
 
 @njit(cache=True, error_model="numpy")

@@ -24,7 +24,6 @@ from archsim.controller.bank_timing import (
     row_earliest,
     set_hits,
 )
-from archsim.controller.candidates import CAND_ACT, CAND_HIT, VIEW_BOTH, VIEW_READS, VIEW_WRITES, classify
 from archsim.controller.codes import (
     ACT,
     ARB_PRIORITY_HOST,
@@ -114,7 +113,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
-               bhead, btail, bcnt, bnext, bprev, cmask, cand_wait,
+               bhead, btail, bcnt, bnext, bprev, amask,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
                ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
@@ -156,8 +155,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     rcap = prm[P_RCAP]
     agecap = prm[P_AGECAP]
     ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first
-    capped = policy == POL_OPEN_CAP
-    words = cmask.shape[3]
+    words = amask.shape[1]
     bankq = bqd > 0
 
     t = scal[S_T]
@@ -165,6 +163,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     tlimit = scal[S_TLIMIT]
     port_injected = np.zeros(2, dtype=np.int64)
     port_blocked = np.zeros(2, dtype=np.bool_)
+    due = np.zeros(nch, dtype=np.int64)
     n_visits = 0
     n_loops = 0
     n_idle = 0
@@ -233,7 +232,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     ready[idx] = INF
                 else:
                     ready[idx] = t + delay
-                    link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt)
+                    link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -255,8 +254,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         hsum_r[pc] += 1
                 pend[gb] += 1
                 queued += 1
-                if not bankq:
-                    classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                 # when must the channel look at this request? One that may change which queue is served (drain
                 # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
                 if bankq or is_w or (rq_len[pc] == 1 and wq_len[pc] > 0):
@@ -285,9 +282,15 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         # ---- channels due at t
         n_loops += 1
         freed = False
+        # the due channels first, then a loop over that list: a channel number read from memory is no induction
+        # variable, so the compiler does not step a pointer into every per-channel array for each channel skipped
+        n_due = 0
         for ch in range(nch):
-            if chan_next[ch] > t:
-                continue
+            if chan_next[ch] <= t:
+                due[n_due] = ch
+                n_due += 1
+        for k_due in range(n_due):
+            ch = due[k_due]
             n_visits += 1
             nt = INF
             col_pc = -1
@@ -325,15 +328,14 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     if tokens[pc] >= TOKEN:
                         favored = rsrc
                 if bankq:
+                    moved = False
                     if use_w:
                         moved = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
-                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt)
+                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                     else:
                         moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
-                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt)
-                    if moved >= 0:
-                        classify(moved, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
-                    if moved >= 0 or rq_unmoved[pc] + wq_unmoved[pc] > 0:
+                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                    if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
                 ref_block_rank = -1
@@ -449,59 +451,61 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                     best_row_key = idx
                                     br_cmd = cmd
                 elif want_col or want_row:
-                    # FR-FCFS: the oldest ready row hit (column command) and the oldest ready other request
-                    # (ACT or PRE), looking only at banks whose candidate bit is set
+                    # FR-FCFS over banks: per bank the oldest row hit (column command) and the oldest other
+                    # request (ACT or PRE); across banks the oldest ready of each kind
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
-                    view = VIEW_BOTH if bankq else (VIEW_WRITES if use_w else VIEW_READS)
-                    for kind in range(3):
-                        if kind == CAND_HIT and not want_col:
-                            continue
-                        if kind != CAND_HIT and not want_row:
+                    word = 0
+                    pending = amask[pc, 0]
+                    while True:
+                        while pending == 0 and word + 1 < words:
+                            word += 1
+                            pending = amask[pc, word]
+                        if pending == 0:
                             break
-                        if kind == CAND_ACT and ab > t:
-                            # no ACT before the shared bound (tRRD, tFAW): look again then
-                            for word in range(words):
-                                if cmask[pc, view, kind, word] != 0 and ab < nt:
-                                    nt = ab
+                        bb = word * 64 + bit_index(pending)
+                        pending &= pending - np.uint64(1)
+                        gb = base + bb
+                        cnt = 0
+                        for k in range(k_lo, k_hi):
+                            cnt += bcnt[gb, k]
+                        if cnt == 0:
                             continue
-                        slot = view * 3 + kind
-                        for word in range(words):
-                            pending = cmask[pc, view, kind, word]
-                            while pending != 0:
-                                bb = word * 64 + bit_index(pending)
-                                pending &= pending - np.uint64(1)
-                                gb = base + bb
-                                v = cand_wait[gb, slot]
-                                if v > t:
-                                    if v < nt:
-                                        nt = v
-                                    continue
-                                orow = open_row[gb]
-                                hit = kind == CAND_HIT
-                                # the first (oldest, or highest-priority) request of this bank of the kind
-                                idx = -1
-                                kidx = INF
-                                for k in range(k_lo, k_hi):
-                                    j = bhead[gb, k]
-                                    while j >= 0:
-                                        if (req_row[j] == orow) == hit:
-                                            kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                            if kj < kidx:
-                                                kidx = kj
-                                                idx = j
-                                            if not ordered:
-                                                break
-                                        j = bnext[j]
-                                if idx < 0:
-                                    continue
-                                if hit:
-                                    if best_col >= 0 and kidx >= best_col_key:
-                                        continue
-                                    if ready[idx] > t:
-                                        if ready[idx] < nt:
-                                            nt = ready[idx]
-                                        continue
+                        orow = open_row[gb]
+                        if orow < 0 and (ab > t or not want_row):
+                            # a closed bank offers only an ACT, and none can issue before the shared bound
+                            if want_row:
+                                v = nxt_bank[gb, ACT]
+                                if v < ab:
+                                    v = ab
+                                if v < nt:
+                                    nt = v
+                            continue
+                        if bankq:
+                            h = hits_r[gb] + hits_w[gb]
+                        elif use_w:
+                            h = hits_w[gb]
+                        else:
+                            h = hits_r[gb]
+                        if orow >= 0 and h > 0 and want_col:
+                            idx = -1
+                            kidx = INF
+                            for k in range(k_lo, k_hi):
+                                j = bhead[gb, k]
+                                while j >= 0:
+                                    if req_row[j] == orow:
+                                        kj = priority_key(j, t, req_src, accept, favored, agecap)
+                                        if kj < kidx:
+                                            kidx = kj
+                                            idx = j
+                                        if not ordered:
+                                            break
+                                    j = bnext[j]
+                            if idx >= 0 and (best_col < 0 or kidx < best_col_key):
+                                if ready[idx] > t:
+                                    if ready[idx] < nt:
+                                        nt = ready[idx]
+                                else:
                                     is_w_req = req_write[idx] != 0
                                     auto = False
                                     if policy == POL_CLOSED:
@@ -514,37 +518,58 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                         best_col_key = kidx
                                         bc_cmd = cmd
                                         bc_w = is_w_req
-                                    else:
-                                        if view != VIEW_BOTH:  # else the next hit may be the other direction
-                                            cand_wait[gb, slot] = e
-                                        if e < nt:
-                                            nt = e
-                                    continue
-                                if ready[idx] > t:
-                                    if ready[idx] < nt:
-                                        nt = ready[idx]
-                                    continue
-                                if kind == CAND_ACT:
-                                    if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
-                                        continue  # refresh holds this rank or bank; refresh progress wakes the channel
-                                    cmd = ACT
-                                else:
-                                    cmd = PRE
-                                e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
-                                              nxt_pc, faw, faw_pos, tfaw)
-                                if e <= t:
-                                    if cmd == ACT:
-                                        ready_act += 1
-                                    else:
-                                        ready_pre += 1
-                                    if best_row < 0 or kidx < best_row_key:
-                                        best_row = idx
-                                        best_row_key = kidx
-                                        br_cmd = cmd
-                                else:
-                                    cand_wait[gb, slot] = e
-                                    if e < nt:
+                                    elif e < nt:
                                         nt = e
+                        if not want_row or cnt == h:
+                            continue
+                        if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                            continue  # the open row's hits go first; their column commands wake the channel
+                        # the first (oldest, or highest-priority) request of this bank not hitting the open row
+                        idx = -1
+                        kidx = INF
+                        for k in range(k_lo, k_hi):
+                            j = bhead[gb, k]
+                            while j >= 0:
+                                if req_row[j] != orow:
+                                    kj = priority_key(j, t, req_src, accept, favored, agecap)
+                                    if kj < kidx:
+                                        kidx = kj
+                                        idx = j
+                                    if not ordered:
+                                        break
+                                j = bnext[j]
+                        if idx < 0:
+                            continue
+                        if ready[idx] > t:
+                            if ready[idx] < nt:
+                                nt = ready[idx]
+                            continue
+                        if orow < 0:
+                            if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
+                                continue  # refresh holds this rank or bank; refresh progress wakes the channel
+                            if ab > t:
+                                v = nxt_bank[gb, ACT]
+                                if v < ab:
+                                    v = ab
+                                if v < nt:
+                                    nt = v
+                                continue
+                            cmd = ACT
+                        else:
+                            cmd = PRE
+                        e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                                      faw, faw_pos, tfaw)
+                        if e <= t:
+                            if cmd == ACT:
+                                ready_act += 1
+                            else:
+                                ready_pre += 1
+                            if best_row < 0 or kidx < best_row_key:
+                                best_row = idx
+                                best_row_key = kidx
+                                br_cmd = cmd
+                        elif e < nt:
+                            nt = e
                 # another ready row command may issue next cycle; other ACTs behind an ACT wait for tRRD/tFAW,
                 # which the ACT's own wake-up covers
                 if ready_pre + ready_act > 1 and (br_cmd != ACT or ready_pre > 0):
@@ -624,7 +649,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt)
+                unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                 apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 if col_w:
@@ -659,7 +684,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if col_cmd in (RDA, WRA):
                     open_row[gb] = -1
                     set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
-                classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -711,7 +735,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
                     set_hits(gb, pc, count_row(gb, 0, row, bhead, bnext, req_row),
                               count_row(gb, 1, row, bhead, bnext, req_row), hits_r, hits_w, hsum_r, hsum_w)
-                    classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
@@ -725,7 +748,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     row = open_row[gb]
                     open_row[gb] = -1
                     set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
-                    classify(gb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -741,7 +763,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         gbb = base + r * bpr + bb
                         open_row[gbb] = -1
                         set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
-                        classify(gbb, bpp, open_row, bcnt, hits_r, hits_w, col_count, capped, cap, cmask, cand_wait)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi

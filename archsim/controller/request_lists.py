@@ -33,8 +33,11 @@ def remove_at(queue, qlen, pc, i):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
+def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
     """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
+    if bcnt[gb, 0] + bcnt[gb, 1] == 0:
+        bb = gb % bpp
+        amask[gb // bpp, bb >> 6] |= np.uint64(1) << np.uint64(bb & 63)
     tail = btail[gb, k]
     bprev[idx] = tail
     bnext[idx] = -1
@@ -47,7 +50,7 @@ def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
+def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
     before = bprev[idx]
     after = bnext[idx]
     if before >= 0:
@@ -59,6 +62,9 @@ def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt):
     else:
         btail[gb, k] = before
     bcnt[gb, k] -= 1
+    if bcnt[gb, 0] + bcnt[gb, 1] == 0:
+        bb = gb % bpp
+        amask[gb // bpp, bb >> 6] &= ~(np.uint64(1) << np.uint64(bb & 63))
 
 
 @intrinsic
@@ -98,8 +104,8 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
 
 @njit(cache=True, error_model="numpy")
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
-              bhead, btail, bnext, bprev, bcnt):
-    """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1."""
+              bhead, btail, bnext, bprev, bcnt, amask, bpp):
+    """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
         if ready[idx] < INF:
@@ -108,10 +114,10 @@ def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, 
         if win[gb] < bqd:
             win[gb] += 1
             ready[idx] = t + 1
-            link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt)
+            link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt, amask, bpp)
             unmoved[pc] -= 1
             if open_row[gb] == req_row[idx]:
                 hits[gb] += 1
                 hsum[pc] += 1
-            return gb
-    return -1
+            return True
+    return False

@@ -96,7 +96,7 @@ def compile_timing_table(timing: Timing) -> np.ndarray:
 
 
 def sparse_timing_table(gap: np.ndarray) -> np.ndarray:
-    """rules[cmd, k] = (level, next, gap) for the cells of `gap` that exist, padded with level -1."""
+    """rules[cmd, k] = (level, next, gap) for the cells of `gap` that exist, sorted by level, padded with level -1."""
     n_levels, n_cmds, _ = gap.shape
     rows = [[(lv, n, int(gap[lv, c, n])) for lv in range(n_levels) for n in range(n_cmds) if gap[lv, c, n] >= 0]
             for c in range(n_cmds)]
