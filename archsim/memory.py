@@ -339,9 +339,11 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     ref_due = _initial_refresh_due(cfg)
     # every channel wakes for its first refresh even if no request ever reaches it
     chan_next = per(org.n_channels, int(K.INF))
+    pc_next = per(n_pc, int(K.INF))
     if c.refresh != "none":
         chan_next[:] = ref_due.reshape(org.n_channels, -1).min(axis=1)
-    refresh = (ref_due, per(n_rank), *qos, chan_next, cmd_count)
+        pc_next[:] = ref_due.reshape(n_pc, -1).min(axis=1)
+    refresh = (ref_due, per(n_rank), *qos, chan_next, pc_next, cmd_count)
     return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
                                                                          "cmd_count": cmd_count,
                                                                          "port_ptr": queues[7]}

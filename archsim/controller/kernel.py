@@ -115,7 +115,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
                bhead, btail, bcnt, bnext, bprev, amask,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
-               ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, cmd_count,
+               ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
     n_req = req_ts.shape[0]
     nch = prm[P_NCH]
@@ -278,6 +278,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 ch = pc // pcs
                 if chan_next[ch] > wake:
                     chan_next[ch] = wake
+                if pc_next[pc] > wake:
+                    pc_next[pc] = wake
 
         # ---- channels due at t
         n_loops += 1
@@ -292,7 +294,6 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         for k_due in range(n_due):
             ch = due[k_due]
             n_visits += 1
-            nt = INF
             col_pc = -1
             col_i = -1
             col_w = False
@@ -306,6 +307,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
             row_is_ref = False
             for p in range(pcs):
                 pc = ch * pcs + p
+                if pc_next[pc] > t and not tick:
+                    continue  # nothing can happen in this pseudo-channel yet: its bound stands
+                nt = INF
                 base = pc * bpp
                 # write-drain mode with watermarks; writes are also served when no read waits
                 if draining[pc]:
@@ -365,7 +369,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         if e <= t:
                             if not row_is_ref:
                                 if row_pc >= 0:
-                                    nt = t + 1
+                                    pc_next[row_pc] = t + 1  # displaced: it tries again next cycle
                                 row_pc = pc
                                 row_cmd = cmd
                                 row_bank = tb
@@ -407,6 +411,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     if cb < nt:
                         nt = cb
                 want_row = n_sched > n_hits and not row_is_ref
+                if row_is_ref and row_pc != pc and n_sched > n_hits:
+                    nt = t + 1  # another pseudo-channel's refresh holds the row bus this cycle
                 ab = act_bound(pc, ranks, ref_block_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                 if (want_col or want_row) and fcfs:
                     # FCFS: only the oldest schedulable request of the pseudo-channel may act
@@ -597,7 +603,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if best_col >= 0:
                     if best_col_key < col_age:
                         if col_pc >= 0:
-                            nt = t + 1
+                            pc_next[col_pc] = t + 1
                         col_pc = pc
                         col_i = best_col
                         col_cmd = bc_cmd
@@ -612,7 +618,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         age = best_row_key if best_row >= 0 else INF - 1
                         if age < row_age:
                             if row_pc >= 0:
-                                nt = t + 1
+                                pc_next[row_pc] = t + 1  # displaced (an earlier pseudo-channel)
                             row_pc = pc
                             row_age = age
                             if best_row >= 0:
@@ -625,10 +631,12 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                 row_bank = timeout_bank
                         else:
                             nt = t + 1
+                pc_next[pc] = nt
 
             # ---- column command
             if col_pc >= 0:
                 pc = col_pc
+                nt = pc_next[pc]
                 idx = col_i
                 if not bankq:
                     if col_w:
@@ -708,15 +716,17 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 elif rq_len[pc] == 0 and wq_len[pc] > 0:
                     nt = t + 1
                 # the column command may have moved the gates of a row command picked in the same cycle
-                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
-                                                 nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
-                    row_pc = -1
-                    nt = t + 1
                 if fcfs:
                     nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
+                pc_next[pc] = nt
+                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
+                                                 nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
+                    pc_next[row_pc] = t + 1
+                    row_pc = -1
             # ---- row command
             if row_pc >= 0:
                 pc = row_pc
+                nt = pc_next[pc]
                 base = pc * bpp
                 b = row_bank
                 gb = base + b
@@ -777,21 +787,23 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if logging:
                     log_command(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 cmd_count[row_cmd] += 1
+                pc_next[pc] = nt
             if col_pc < 0 and row_pc < 0:
                 n_idle += 1
-            if bankq:
-                for p in range(pcs):
-                    pc = ch * pcs + p
-                    if rq_unmoved[pc] + wq_unmoved[pc] > 0:
-                        nt = t + 1
-            if refresh != 0 and (col_pc >= 0 or row_pc >= 0):
-                # a bank closed by auto-precharge drops out of a pending PREA's gate: look again next cycle
-                for p in range(pcs):
+            nt = INF
+            for p in range(pcs):
+                pc = ch * pcs + p
+                if bankq and rq_unmoved[pc] + wq_unmoved[pc] > 0:
+                    pc_next[pc] = t + 1
+                if refresh != 0 and (col_pc >= 0 or row_pc >= 0):
+                    # a bank closed by auto-precharge drops out of a pending PREA's gate: look again next cycle
                     for r in range(ranks):
-                        if ref_due[(ch * pcs + p) * ranks + r] <= t:
-                            nt = t + 1
-            if nt <= t or tick:
-                nt = t + 1
+                        if ref_due[pc * ranks + r] <= t:
+                            pc_next[pc] = t + 1
+                if pc_next[pc] <= t or tick:
+                    pc_next[pc] = t + 1
+                if pc_next[pc] < nt:
+                    nt = pc_next[pc]
             chan_next[ch] = nt
 
         if ptr >= n_req and queued == 0:
