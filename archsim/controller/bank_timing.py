@@ -26,47 +26,33 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
     return e
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _raise_scope(cells, row, sparse, cmd, k, level, t):
+    """Apply the run of `cmd`'s rules at `level`, which starts at rule `k`, to `cells[row]`; return the next k."""
+    width = sparse.shape[1]
+    while k < width and sparse[cmd, k, 0] == level:
+        v = t + sparse[cmd, k, 2]
+        n = sparse[cmd, k, 1]
+        if v > cells[row, n]:
+            cells[row, n] = v
+        k += 1
+    return k
+
+
 @njit(cache=True, error_model="numpy")
 def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
-    `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, so a command touches a
-    handful of cells rather than the whole levels x commands table.
+    `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, sorted by level, so a
+    command touches a handful of cells, one plain loop per scope with no per-rule dispatch.
     """
-    # rules are sorted by level: one plain loop per scope, no per-rule dispatch
-    width = sparse.shape[1]
-    k = 0
-    while k < width and sparse[cmd, k, 0] == 0:
-        n = sparse[cmd, k, 1]
-        v = t + sparse[cmd, k, 2]
-        if v > nxt_bank[gb, n]:
-            nxt_bank[gb, n] = v
-        k += 1
-    while k < width and sparse[cmd, k, 0] == 1:
-        n = sparse[cmd, k, 1]
-        v = t + sparse[cmd, k, 2]
-        if v > nxt_bg[bgf, n]:
-            nxt_bg[bgf, n] = v
-        k += 1
-    while k < width and sparse[cmd, k, 0] == 2:
-        n = sparse[cmd, k, 1]
-        v = t + sparse[cmd, k, 2]
-        if v > nxt_rank[rf, n]:
-            nxt_rank[rf, n] = v
-        k += 1
-    while k < width and sparse[cmd, k, 0] == 3:
-        n = sparse[cmd, k, 1]
-        v = t + sparse[cmd, k, 2]
-        if v > nxt_pc[pc, n]:
-            nxt_pc[pc, n] = v
-        k += 1
-    while k < width and sparse[cmd, k, 0] == 4:
-        n = sparse[cmd, k, 1]
-        v = t + sparse[cmd, k, 2]
-        for r in range(pc * ranks, pc * ranks + ranks):
-            if r != rf and v > nxt_rank[r, n]:
-                nxt_rank[r, n] = v
-        k += 1
+    k = _raise_scope(nxt_bank, gb, sparse, cmd, 0, 0, t)
+    k = _raise_scope(nxt_bg, bgf, sparse, cmd, k, 1, t)
+    k = _raise_scope(nxt_rank, rf, sparse, cmd, k, 2, t)
+    k = _raise_scope(nxt_pc, pc, sparse, cmd, k, 3, t)
+    for r in range(pc * ranks, pc * ranks + ranks):  # the other ranks of the pseudo-channel
+        if r != rf:
+            _raise_scope(nxt_rank, r, sparse, cmd, k, 4, t)
 
 
 @njit(cache=True, error_model="numpy")

@@ -553,14 +553,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         if orow < 0:
                             if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
                                 continue  # refresh holds this rank or bank; refresh progress wakes the channel
-                            if ab > t:
-                                v = nxt_bank[gb, ACT]
-                                if v < ab:
-                                    v = ab
-                                if v < nt:
-                                    nt = v
-                                continue
-                            cmd = ACT
+                            cmd = ACT  # closed banks were skipped above while ab > t
                         else:
                             cmd = PRE
                         e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
