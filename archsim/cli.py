@@ -5,6 +5,7 @@ Bad input raises ArchsimError anywhere below; it becomes one line on stderr and 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -109,6 +110,8 @@ def config_show(path: str, resolved: bool, overrides: tuple[str, ...]) -> None:
     click.echo(f"#   peak bandwidth: {peak_bandwidth_GBps(org, timing):g} GB/s "
                f"({peak_bandwidth_per_stack_GBps(org, timing):g} GB/s per stack)")
     click.echo("#   timing (cycles): " + ", ".join(f"{k}={v}" for k, v in timing.as_dict().items()))
+    for name, part in (("controller", cfg.controller), ("frontend", cfg.frontend)):  # defaults filled in
+        click.echo(f"#   {name}: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(part).items()))
 
 
 @config.command("import-dramsim3")

@@ -91,6 +91,7 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_TIMEOUT] = c.row_policy_timeout_cycles
     prm[K.P_HIGH] = c.write_high_watermark
     prm[K.P_LOW] = c.write_low_watermark
+    prm[K.P_IDLE] = c.write_idle_threshold
     prm[K.P_REFRESH] = REFRESH_MODES.get(c.refresh)
     prm[K.P_DELAY] = c.frontend_delay_cycles
     prm[K.P_FORWARD] = int(c.write_queue_forwarding)
@@ -331,7 +332,7 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
-              np.zeros(n_pc, dtype=np.bool_), per(2), np.zeros((n_pc, 4), dtype=np.int64))
+              per(n_pc), per(2), np.zeros((n_pc, 4), dtype=np.int64))
     qos_counts = per(8)
     cmd_count = per(K.NCMD)
     # served per port, reservation tokens and their update time per pseudo-channel, the port that opened each row

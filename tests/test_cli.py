@@ -112,3 +112,5 @@ def test_config_show_resolved():
     result = CliRunner().invoke(main, ["config", "show", str(REPO / "configs/memory/hbm3.yaml"), "--resolved"])
     assert result.exit_code == 0
     assert "tFAW: 30ns" in result.output and "peak bandwidth: 819.2 GB/s" in result.output
+    # controller and front-end defaults are spelled out, not left implicit
+    assert "write_high_watermark=24" in result.output and "max_injections_per_cycle=0" in result.output

@@ -9,7 +9,10 @@ from click.testing import CliRunner
 from archsim.cli import main
 from archsim.config.memory import load_memory_config
 from archsim.dram import analytic
+from archsim.dram.commands import COMMAND_CODES
+from archsim.memory import Requests, replay
 from archsim.trace.text_formats import write_dramsim3
+from tests.conftest import config
 
 
 def test_import_matches_dramsim3_reading(tmp_path, dramsim3_ini):
@@ -26,6 +29,7 @@ def test_import_matches_dramsim3_reading(tmp_path, dramsim3_ini):
     assert t.tRTW == 14  # DRAMSim3's read_to_write: RL + burst - WL + tRTRS
     assert (c.read_queue_depth, c.bank_queue_depth, c.row_policy, c.row_policy_cap) == (32, 8, "open_cap", 4)
     assert cfg.frontend.max_injections_per_cycle == 1 and not c.refresh_stagger
+    assert (c.write_high_watermark, c.write_idle_threshold) == (32, 8)  # DRAMSim3's write-drain trigger
     assert cfg.mapping.description == "rorabgbachco"
     # DRAMSim3's unloaded latencies for this file: 17 (row hit), 31 (closed bank), 45 (row conflict)
     assert [analytic.unloaded_read_latency_cycles(cfg, k) for k in ("hit", "miss", "conflict")] == [17, 31, 45]
@@ -48,3 +52,41 @@ def test_imported_config_replays_a_dramsim3_trace(tmp_path, dramsim3_ini):
     # the last reads' latency) keeps the average a little below
     assert 0.9 * 32.0 <= stats["memory"]["bandwidth_GBps"] <= 32.0
     assert stats["memory"]["row_hit_rate"] > 0.9
+
+
+BATCH = "memory.controller.write_drain={high_watermark: 32, low_watermark: 0, idle_threshold: 8}"
+
+
+def _one_bank_writes(cfg, n: int, gap_cycles: int):
+    """`n` writes to distinct columns of one bank, `gap_cycles` apart (low rate: the queues are otherwise empty)."""
+    ab = cfg.organization.access_bytes
+    n_channels = cfg.organization.n_pseudo_channels
+    address = (np.arange(n, dtype=np.uint64) * ab * n_channels).astype(np.uint64)  # channel bits lowest
+    return Requests.build(np.arange(n, dtype=np.int64) * gap_cycles, address, np.ones(n, dtype=np.uint8))
+
+
+def test_batch_drain_holds_writes_until_more_than_the_threshold():
+    """DRAMSim3's rule: with no command queued, writes wait until more than 8 are buffered, then drain together."""
+
+    eager, batch = config("HBM2"), config("HBM2", BATCH)
+    requests = _one_bank_writes(eager, 12, 100)
+    first_wr = {}
+    for name, cfg in (("eager", eager), ("batch", batch)):
+        log = replay(cfg, requests, command_log=True).command_log
+        writes = log.cycle[log.command == COMMAND_CODES["WR"]]
+        assert len(writes) == 12
+        first_wr[name] = int(writes.min())
+    assert first_wr["eager"] < 100  # served as soon as no read waits
+    assert 800 <= first_wr["batch"] < 900  # the 9th write arrives at cycle 800 and starts the drain
+
+
+def test_batch_drain_forwards_reads_of_held_writes():
+    """A read of a write still held in the buffer is served from it (DRAMSim3 counts latency 1)."""
+
+    stamps = np.array([0, 300], dtype=np.int64)
+    address = np.array([4096, 4096], dtype=np.uint64)
+    requests = Requests.build(stamps, address, np.array([1, 0], dtype=np.uint8))
+    eager = replay(config("HBM2"), requests)
+    batch = replay(config("HBM2", BATCH), requests)
+    assert batch.done_cycle[1] - batch.accept_cycle[1] == 1
+    assert eager.done_cycle[1] - eager.accept_cycle[1] >= 17  # the write was long written: a DRAM read

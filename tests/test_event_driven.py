@@ -21,6 +21,9 @@ VARIANTS = (
     ("memory.controller.arbiter={impl: priority, favor: pnm}",),
     ("memory.controller.arbiter={impl: wrr, weights: {host: 1, pnm: 3}}", "memory.controller.age_cap_cycles=400"),
     ("memory.controller.arbiter={impl: reservation, source: host, share: 0.3}",),
+    ("memory.controller.write_drain={high_watermark: 24, low_watermark: 0, idle_threshold: 8}",),
+    ("memory.controller.bank_queue_depth=8",
+     "memory.controller.write_drain={high_watermark: 32, low_watermark: 0, idle_threshold: 8}"),
 )
 
 

@@ -188,7 +188,8 @@ def import_dramsim3(path: str | Path) -> ImportResult:
             "controller": {
                 "read_queue_depth": trans_queue, "write_queue_depth": trans_queue,
                 "bank_queue_depth": cmd_queue, "scheduler": "frfcfs", "row_policy": row_policy,
-                "write_drain": {"high_watermark": trans_queue, "low_watermark": 0},
+                # DRAMSim3 drains on a full write buffer, or above 8 writes when every command queue is empty
+                "write_drain": {"high_watermark": trans_queue, "low_watermark": 0, "idle_threshold": 8},
                 "refresh": refresh, "frontend_delay_cycles": 1, "write_queue_forwarding": True,
             },
             "frontend": {"max_injections_per_cycle": 1, "posted_writes": True},

@@ -61,6 +61,10 @@ class ControllerConfig:
     row_policy_timeout_cycles: int  # idle cycles before an open row is closed (timeout)
     write_high_watermark: int
     write_low_watermark: int
+    # -1: writes are also served whenever no read waits. N >= 0: DRAMSim3's batch rule, writes are served only in
+    # drains, which start at the high watermark or above N writes with no command queued, and serve the writes
+    # present at their start (the low watermark is unused)
+    write_idle_threshold: int
     refresh: str
     arbiter: str
     arbiter_favor: str  # priority: the favoured port
@@ -114,6 +118,7 @@ def parse_controller(section: Section) -> ControllerConfig:
     drain = section.sub("write_drain", {})
     high = drain.int("high_watermark", max(1, wq * 3 // 4), minimum=1)
     low = drain.int("low_watermark", max(0, wq // 4), minimum=0)
+    idle_threshold = drain.int("idle_threshold", -1, minimum=-1)
     drain.done()
     if high > wq:
         raise drain.error("high_watermark", f"{high} exceeds write_queue_depth {wq}")
@@ -142,7 +147,8 @@ def parse_controller(section: Section) -> ControllerConfig:
     forward = section.bool("write_queue_forwarding", True)
     bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0)
     section.done()
-    return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, refresh, arbiter, favor, weights,
+    return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, idle_threshold, refresh, arbiter,
+                            favor, weights,
                             source, share, burst, age_cap, stagger, delay, forward, bank_queue_depth)
 
 

@@ -49,6 +49,7 @@ from archsim.controller.codes import (
     P_FAW,
     P_FORWARD,
     P_HIGH,
+    P_IDLE,
     P_INJCAP,
     P_LOGCAP,
     P_LOW,
@@ -133,6 +134,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     timeout = prm[P_TIMEOUT]
     high = prm[P_HIGH]
     low = prm[P_LOW]
+    idle_drain = prm[P_IDLE]  # -1: watermarks; >= 0: batch drains (draining[pc] counts the writes left)
     refresh = prm[P_REFRESH]
     delay = prm[P_DELAY]
     forward = prm[P_FORWARD] != 0
@@ -164,6 +166,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     port_injected = np.zeros(2, dtype=np.int64)
     port_blocked = np.zeros(2, dtype=np.bool_)
     due = np.zeros(nch, dtype=np.int64)
+    tail_drain_woken = False
     n_visits = 0
     n_loops = 0
     n_idle = 0
@@ -281,6 +284,12 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if pc_next[pc] > wake:
                     pc_next[pc] = wake
 
+        if idle_drain >= 0 and ptr >= n_req and not tail_drain_woken:
+            tail_drain_woken = True  # the last request is in: writes held below the threshold may drain now
+            for pc in range(nch * pcs):
+                if wq_len[pc] > 0:
+                    pc_next[pc] = t
+                    chan_next[pc // pcs] = t
         # ---- channels due at t
         n_loops += 1
         freed = False
@@ -311,13 +320,26 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     continue  # nothing can happen in this pseudo-channel yet: its bound stands
                 nt = INF
                 base = pc * bpp
-                # write-drain mode with watermarks; writes are also served when no read waits
-                if draining[pc]:
-                    if wq_len[pc] <= low:
-                        draining[pc] = False
-                elif wq_len[pc] >= high:
-                    draining[pc] = True
-                use_w = draining[pc] or (rq_len[pc] == 0 and wq_len[pc] > 0)
+                if idle_drain >= 0:
+                    # batch drains: at the high watermark, or above the threshold with no command queued; a
+                    # drain serves the writes present at its start, and writes move only in drains
+                    if draining[pc] == 0:
+                        queued_cmds = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc] if bankq \
+                            else rq_len[pc]
+                        # after the last request, the writes left below the threshold drain too (DRAMSim3 would
+                        # hold them forever; posted, they change no statistic, and the run must end)
+                        if wq_len[pc] >= high or (queued_cmds == 0 and (wq_len[pc] > idle_drain or
+                                                                        (ptr >= n_req and wq_len[pc] > 0))):
+                            draining[pc] = wq_len[pc]
+                    use_w = draining[pc] > 0
+                else:
+                    # write-drain mode with watermarks; writes are also served when no read waits
+                    if draining[pc] > 0:
+                        if wq_len[pc] <= low:
+                            draining[pc] = 0
+                    elif wq_len[pc] >= high:
+                        draining[pc] = 1
+                    use_w = draining[pc] > 0 or (rq_len[pc] == 0 and wq_len[pc] > 0)
                 favored = -1
                 if arb == ARB_PRIORITY_HOST:
                     favored = 0
@@ -339,6 +361,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     else:
                         moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
                                           req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                    if moved and use_w and idle_drain >= 0:
+                        draining[pc] -= 1
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
@@ -704,7 +728,11 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         nt = v
                 # the queue served next may change (drain watermarks): look again next cycle
                 if col_w:
-                    if (draining[pc] and wq_len[pc] <= low) or wq_len[pc] == 0:
+                    if idle_drain >= 0 and not bankq and draining[pc] > 0:
+                        draining[pc] -= 1
+                        if draining[pc] == 0:
+                            nt = t + 1
+                    if (idle_drain < 0 and draining[pc] > 0 and wq_len[pc] <= low) or wq_len[pc] == 0:
                         nt = t + 1
                 elif rq_len[pc] == 0 and wq_len[pc] > 0:
                     nt = t + 1
