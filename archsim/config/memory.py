@@ -148,8 +148,7 @@ def parse_controller(section: Section) -> ControllerConfig:
     bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0)
     section.done()
     return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, idle_threshold, refresh, arbiter,
-                            favor, weights,
-                            source, share, burst, age_cap, stagger, delay, forward, bank_queue_depth)
+                            favor, weights, source, share, burst, age_cap, stagger, delay, forward, bank_queue_depth)
 
 
 def parse_frontend(section: Section) -> FrontendConfig:

@@ -7,8 +7,10 @@ Per pseudo-channel: an age-ordered read queue and write queue. With `bank_queue_
 are transaction queues that feed per-bank command queues one request per cycle (DRAMSim3's structure):
 only requests moved into a bank queue are schedulable. Per channel: one row-command and one
 column-command slot per cycle, shared by its pseudo-channels (HBM's separate row and column buses).
-A channel is evaluated only at cycles where something may happen: the earliest issue time of a queued
-request's next command, a refresh deadline, or the cycle after it issued or moved a request.
+Each pseudo-channel keeps a bound before which nothing can happen in it (`pc_next`): the earliest issue
+time of a queued request's next command, a refresh deadline, or the cycle after it issued or moved a
+request. A channel is visited when its earliest pseudo-channel bound comes, and the visit evaluates only
+the pseudo-channels whose bound has come; one displaced from a shared command bus tries again next cycle.
 """
 
 from __future__ import annotations
@@ -736,10 +738,10 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         nt = t + 1
                 elif rq_len[pc] == 0 and wq_len[pc] > 0:
                     nt = t + 1
-                # the column command may have moved the gates of a row command picked in the same cycle
                 if fcfs:
                     nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
                 pc_next[pc] = nt
+                # the column command may have moved the gates of a row command picked in the same cycle
                 if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
                     pc_next[row_pc] = t + 1
