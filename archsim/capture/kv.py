@@ -42,37 +42,16 @@ class TracingCache(DynamicCache):
         recorder = self._recorder
         operator = self._hooks.kv_operators[layer_idx]
         batch, heads = key_states.shape[0], key_states.shape[1]
-        for kind, written in ((KIND_K, key_states), (KIND_V, value_states)):
-            per_request = tensor_bytes(written) // batch
-            for request in range(batch):
-                recorder.add(
-                    OP_WRITE,
-                    kind,
-                    layer_idx,
-                    per_request,
-                    operator,
-                    head_start=0,
-                    head_count=heads,
-                    token_start=before,
-                    token_count=new_tokens,
-                    request=request,
-                )
         read_tokens = keys.shape[-2]
-        for kind, read in ((KIND_K, keys), (KIND_V, values)):
-            per_request = tensor_bytes(read) // batch
-            for request in range(batch):
-                recorder.add(
-                    OP_READ,
-                    kind,
-                    layer_idx,
-                    per_request,
-                    operator,
-                    head_start=0,
-                    head_count=heads,
-                    token_start=after - read_tokens,
-                    token_count=read_tokens,
-                    request=request,
-                )
+        # the new tokens' K and V are written, then the whole cache so far is read
+        accesses = ((OP_WRITE, key_states, value_states, before, new_tokens),
+                    (OP_READ, keys, values, after - read_tokens, read_tokens))
+        for op, k_tensor, v_tensor, token_start, token_count in accesses:
+            for kind, tensor in ((KIND_K, k_tensor), (KIND_V, v_tensor)):
+                per_request = tensor_bytes(tensor) // batch
+                for request in range(batch):
+                    recorder.add(op, kind, layer_idx, per_request, operator, head_start=0, head_count=heads,
+                                 token_start=token_start, token_count=token_count, request=request)
         return keys, values
 
     def crop(self, max_length: int) -> None:

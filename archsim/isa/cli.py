@@ -14,20 +14,14 @@ from archsim.errors import ProgramError
 from archsim.isa.assembler import assemble_file
 from archsim.isa.disasm import disassemble
 from archsim.isa.program import atomic_write_bytes, read_program, write_program
-from archsim.isa.syntax import AsmSyntaxError, parse_define
+from archsim.isa.syntax import AsmSyntaxError, parse_defines
 
 
 def _defines(values: tuple[str, ...]) -> dict[str, object]:
-    defines: dict[str, object] = {}
-    for text in values:
-        try:
-            name, value = parse_define(text)
-        except AsmSyntaxError as exc:
-            raise ProgramError(str(exc)) from None
-        if name in defines:
-            raise ProgramError(f"-D {name} is given twice")
-        defines[name] = value
-    return defines
+    try:
+        return parse_defines(values)
+    except AsmSyntaxError as exc:
+        raise ProgramError(str(exc)) from None
 
 
 @click.group("isa")

@@ -107,6 +107,17 @@ def parse_define(text: str) -> tuple[str, object]:
     return name, parse_value(value)
 
 
+def parse_defines(values: tuple[str, ...]) -> dict[str, object]:
+    """Every `-D NAME=VALUE` of a command line; a name given twice is an error."""
+    defines: dict[str, object] = {}
+    for text in values:
+        name, value = parse_define(text)
+        if name in defines:
+            raise AsmSyntaxError(f"-D {name} is given twice")
+        defines[name] = value
+    return defines
+
+
 def parse_value(value: str) -> object:
     try:
         return int(value, 0)

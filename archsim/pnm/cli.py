@@ -14,18 +14,12 @@ from archsim.errors import ConfigError, ProgramError
 
 
 def _defines(values: tuple[str, ...]) -> dict[str, object]:
-    from archsim.isa.syntax import AsmSyntaxError, parse_define
+    from archsim.isa.syntax import AsmSyntaxError, parse_defines
 
-    defines: dict[str, object] = {}
-    for text in values:
-        try:
-            name, value = parse_define(text)
-        except AsmSyntaxError as exc:
-            raise ProgramError(str(exc), where="-D") from None
-        if name in defines:
-            raise ProgramError(f"-D {name} is given twice", where="-D")
-        defines[name] = value
-    return defines
+    try:
+        return parse_defines(values)
+    except AsmSyntaxError as exc:
+        raise ProgramError(str(exc), where="-D") from None
 
 
 def _split_overrides(values: tuple[str, ...]) -> tuple[list[str], list[str]]:
