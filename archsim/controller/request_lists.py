@@ -102,26 +102,6 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
     return (np.int64(cls) << AGE_BITS) | idx
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def first_request(gb, k_lo, k_hi, orow, hit, t, bhead, bnext, req_row, req_src, accept, favored, agecap, ordered):
-    """The first (oldest, or highest-priority) request of bank `gb`, kinds [k_lo, k_hi), that hits the open row
-    `orow` (`hit`) or does not; returns (index, priority key), index -1 if there is none."""
-    idx = -1
-    kidx = INF
-    for k in range(k_lo, k_hi):
-        j = bhead[gb, k]
-        while j >= 0:
-            if (req_row[j] == orow) == hit:
-                kj = priority_key(j, t, req_src, accept, favored, agecap)
-                if kj < kidx:
-                    kidx = kj
-                    idx = j
-                if not ordered:
-                    break  # lists are age-ordered: with pure age priority the first match is the answer
-            j = bnext[j]
-    return idx, kidx
-
-
 @njit(cache=True, error_model="numpy")
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
               bhead, btail, bnext, bprev, bcnt, amask, bpp):
