@@ -10,7 +10,7 @@ from archsim.cli import main
 from archsim.config.memory import load_memory_config
 from archsim.dram import analytic
 from archsim.dram.commands import COMMAND_CODES
-from archsim.memory import Requests, replay
+from archsim.memory import MemorySession, Requests, replay
 from archsim.trace.text_formats import write_dramsim3
 from tests.conftest import config
 
@@ -93,3 +93,21 @@ def test_batch_drain_forwards_reads_of_held_writes():
     # the write was long written: a DRAM read, no faster than an unloaded row hit
     hit_cycles = analytic.unloaded_read_latency_cycles(eager_cfg, "hit")
     assert eager.done_cycle[1] - eager.accept_cycle[1] >= hit_cycles
+
+
+def test_batch_drain_ends_when_a_drain_starts_behind_moved_writes(tmp_path, dramsim3_ini):
+    """A drain counts the writes it can still move to a bank queue: counting the moved ones too kept it open
+    forever and starved the reads (saturating random reads with 30 % writes hung on the imported config)."""
+
+    out = tmp_path / "hbm2.yaml"
+    CliRunner().invoke(main, ["config", "import-dramsim3", str(dramsim3_ini), "-o", str(out)])
+    cfg = load_memory_config(out)
+    n = 3000
+    rng = np.random.default_rng(11)
+    address = (rng.integers(0, cfg.organization.capacity_bytes // 64, n) * 64).astype(np.uint64)
+    is_write = (rng.random(n) < 0.3).astype(np.uint8)
+    session = MemorySession(cfg, address, is_write, np.zeros(n, dtype=np.uint8))
+    session.release(0, n, np.zeros(n, dtype=np.int64))
+    session.run_until(100_000)  # about 4,000 cycles of work; a stuck drain would run to this horizon
+    assert session.finished
+    assert (session.done_cycle >= session.accept_cycle).all()

@@ -330,9 +330,12 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             else rq_len[pc]
                         # after the last request, the writes left below the threshold drain too (DRAMSim3 would
                         # hold them forever; posted, they change no statistic, and the run must end)
-                        if wq_len[pc] >= high or (queued_cmds == 0 and (wq_len[pc] > idle_drain or
-                                                                        (ptr >= n_req and wq_len[pc] > 0))):
-                            draining[pc] = wq_len[pc]
+                        # the write buffer holds the writes not yet moved to a bank queue (wq_len also counts
+                        # moved ones, which a drain cannot move again: counting them would never end the drain)
+                        buffered = wq_unmoved[pc]
+                        if buffered >= high or (queued_cmds == 0 and (buffered > idle_drain or
+                                                                      (ptr >= n_req and buffered > 0))):
+                            draining[pc] = buffered
                     use_w = draining[pc] > 0
                 else:
                     # write-drain mode with watermarks; writes are also served when no read waits
