@@ -92,6 +92,7 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_HIGH] = c.write_high_watermark
     prm[K.P_LOW] = c.write_low_watermark
     prm[K.P_IDLE] = c.write_idle_threshold
+    prm[K.P_REFHOLD] = c.refresh_holds_columns
     prm[K.P_REFRESH] = REFRESH_MODES.get(c.refresh)
     prm[K.P_DELAY] = c.frontend_delay_cycles
     prm[K.P_FORWARD] = int(c.write_queue_forwarding)
@@ -239,6 +240,10 @@ class MemorySession:
             before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
             run_kernel(stop, self._prm, self._sparse, self._scal, *self._inputs, *self._outputs, *self._state,
                          *self._log)
+            if self._scal[K.S_STALLED]:
+                raise RuntimeError(f"the memory controller stalled: {int(self._scal[K.S_QUEUED])} requests queued "
+                                   f"and no column command for {K.STALL_CYCLES:,} cycles (cycle {self.now:,}); "
+                                   f"a scheduler livelock, please report it with the trace and config")
             if self._scal[K.S_LOGOVF]:
                 self._scal[K.S_LOGOVF] = 0
                 self._log = tuple(np.concatenate([a, np.zeros_like(a)]) for a in self._log)
@@ -344,7 +349,9 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     if c.refresh != "none":
         chan_next[:] = ref_due.reshape(org.n_channels, -1).min(axis=1)
         pc_next[:] = ref_due.reshape(n_pc, -1).min(axis=1)
-    refresh = (ref_due, per(n_rank), *qos, chan_next, pc_next, cmd_count)
+    # round-robin scheduler: per pseudo-channel, the bank whose turn it was last
+    rr_ptr = per(n_pc, org.banks_per_pseudo_channel - 1)
+    refresh = (ref_due, per(n_rank), *qos, chan_next, pc_next, rr_ptr, cmd_count)
     return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
                                                                          "cmd_count": cmd_count,
                                                                          "port_ptr": queues[7]}

@@ -245,7 +245,7 @@ def test_empty_log() -> None:
 # Part 2: the simulator's logs
 
 PRESETS = ("HBM2", "HBM3", "HBM3E")
-SCHEDULERS = ("frfcfs", "fcfs")
+SCHEDULERS = ("frfcfs", "fcfs", "round_robin")
 ROW_POLICIES = ("open", "closed", "open_cap", "timeout")
 REFRESH = ("none", "all_bank", "per_bank")
 

@@ -30,6 +30,7 @@ def test_import_matches_dramsim3_reading(tmp_path, dramsim3_ini):
     assert (c.read_queue_depth, c.bank_queue_depth, c.row_policy, c.row_policy_cap) == (32, 8, "open_cap", 4)
     assert cfg.frontend.max_injections_per_cycle == 1 and not c.refresh_stagger
     assert (c.write_high_watermark, c.write_idle_threshold) == (32, 8)  # DRAMSim3's write-drain trigger
+    assert c.scheduler == "round_robin" and c.refresh_holds_columns  # its command-queue service
     assert cfg.mapping.description == "rorabgbachco"
     # DRAMSim3's unloaded latencies for this file: 17 (row hit), 31 (closed bank), 45 (row conflict)
     assert [analytic.unloaded_read_latency_cycles(cfg, k) for k in ("hit", "miss", "conflict")] == [17, 31, 45]

@@ -24,6 +24,12 @@ VARIANTS = (
     ("memory.controller.write_drain={high_watermark: 24, low_watermark: 0, idle_threshold: 8}",),
     ("memory.controller.bank_queue_depth=8",
      "memory.controller.write_drain={high_watermark: 32, low_watermark: 0, idle_threshold: 8}"),
+    ("memory.controller.scheduler=round_robin", "memory.controller.row_policy={impl: open_cap, cap: 4}",
+     "memory.controller.refresh={impl: per_bank, hold_columns: true}"),
+    ("memory.controller.scheduler=fcfs", "memory.controller.refresh={impl: all_bank, hold_columns: true}"),
+    ("memory.controller.scheduler=round_robin", "memory.controller.bank_queue_depth=8",
+     "memory.controller.write_drain={high_watermark: 32, low_watermark: 0, idle_threshold: 8}",
+     "memory.controller.refresh={impl: all_bank, hold_columns: true}"),
 )
 
 

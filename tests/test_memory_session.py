@@ -1,7 +1,9 @@
 """Closed-loop use of the memory: requests released as the data they depend on arrives."""
 
 import numpy as np
+import pytest
 
+from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.INF
 from archsim.dram import analytic
 from archsim.memory import MemorySession, Requests, replay
 from tests.conftest import config
@@ -50,3 +52,16 @@ def test_run_until_stops_at_the_horizon():
     assert (session.done_cycle < 0).all()
     session.run_until(10_000)
     assert (session.done_cycle > 0).all()
+
+
+def test_a_livelocked_controller_stops_with_a_clear_error():
+    """With requests queued and no column command for STALL_CYCLES, the kernel stops instead of spinning."""
+    cfg = config("HBM2")
+    n = 8
+    session = MemorySession(cfg, np.arange(n, dtype=np.uint64) * 64, np.zeros(n, dtype=np.uint8),
+                            np.zeros(n, dtype=np.uint8))
+    session.release(0, n, 0)
+    nxt_bank = session._state[0]  # per-bank earliest issue cycles: push every bank's past any horizon
+    nxt_bank[:] = 10**15
+    with pytest.raises(RuntimeError, match="stalled: 8 requests queued"):
+        session.run_until(int(K.INF))

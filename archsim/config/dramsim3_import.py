@@ -170,8 +170,9 @@ def import_dramsim3(path: str | Path) -> ImportResult:
         notes.append("system.unified_queue: a unified read/write transaction queue is approximated by separate "
                      "read and write queues of trans_queue_size each")
     refresh_policy = parser.get("system", "refresh_policy", fallback="RANK_LEVEL_STAGGERED").strip()
-    refresh: Any = {"impl": "per_bank", "stagger": False} if refresh_policy == "BANK_LEVEL_STAGGERED" \
-        else {"impl": "all_bank", "stagger": False}
+    # a pending refresh holds its rank's (bank's) command queues, column commands included
+    refresh: Any = {"impl": "per_bank" if refresh_policy == "BANK_LEVEL_STAGGERED" else "all_bank", "stagger": False,
+                    "hold_columns": True}
     capacity_bytes = channels * ranks * rank_bytes
     tree = {
         "memory": {
@@ -187,7 +188,7 @@ def import_dramsim3(path: str | Path) -> ImportResult:
             "address_mapping": {"scheme": mapping},
             "controller": {
                 "read_queue_depth": trans_queue, "write_queue_depth": trans_queue,
-                "bank_queue_depth": cmd_queue, "scheduler": "frfcfs", "row_policy": row_policy,
+                "bank_queue_depth": cmd_queue, "scheduler": "round_robin", "row_policy": row_policy,
                 # DRAMSim3 drains on a full write buffer, or above 8 writes when every command queue is empty
                 "write_drain": {"high_watermark": trans_queue, "low_watermark": 0, "idle_threshold": 8},
                 "refresh": refresh, "frontend_delay_cycles": 1, "write_queue_forwarding": True,

@@ -20,6 +20,7 @@ from typing import Any
 from archsim.config.overrides import apply_overrides, deep_merge
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
+from archsim.controller.codes import SCHED_FCFS, SCHED_FRFCFS, SCHED_ROUND_ROBIN
 from archsim.dram.address_map import AddressMapping, parse_address_mapping
 from archsim.dram.spec import Organization, Timing, parse_organization, parse_timing
 from archsim.errors import ConfigError
@@ -28,8 +29,9 @@ from archsim.registry import Registry
 STANDARDS_DIR = Path(__file__).resolve().parent.parent / "dram" / "standards"
 
 SCHEDULERS: Registry[int] = Registry("scheduler")
-SCHEDULERS.add("frfcfs", 0)
-SCHEDULERS.add("fcfs", 1)
+SCHEDULERS.add("frfcfs", SCHED_FRFCFS)
+SCHEDULERS.add("fcfs", SCHED_FCFS)
+SCHEDULERS.add("round_robin", SCHED_ROUND_ROBIN)
 
 ROW_POLICIES: Registry[int] = Registry("row policy")
 ROW_POLICIES.add("open", 0)
@@ -74,6 +76,7 @@ class ControllerConfig:
     reservation_burst: int  # reservation: column commands the bucket may bank
     age_cap_cycles: int  # any arbiter: a request waiting this long goes first (0 = off)
     refresh_stagger: bool  # spread ranks' refresh deadlines over tREFI (False: all ranks refresh together)
+    refresh_holds_columns: bool  # a due refresh also holds column commands to its rank (bank) until it issues
     frontend_delay_cycles: int
     write_queue_forwarding: bool  # reads of a queued write's address are served from it; repeated writes merge
     bank_queue_depth: int  # 0: the scheduler sees the whole queue; >0: per-bank command queues fed 1/cycle
@@ -126,6 +129,7 @@ def parse_controller(section: Section) -> ControllerConfig:
         raise drain.error("low_watermark", f"{low} must be below high_watermark {high}")
     refresh, refresh_section = _impl_section(section, "refresh", REFRESH_MODES, "all_bank")
     stagger = refresh_section.bool("stagger", False)
+    holds_columns = refresh_section.bool("hold_columns", False)
     refresh_section.done()
     arbiter, arb = _impl_section(section, "arbiter", ARBITERS, "shared")
     favor = arb.choice("favor", SOURCES, "host") if arbiter == "priority" else "host"
@@ -148,7 +152,8 @@ def parse_controller(section: Section) -> ControllerConfig:
     bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0)
     section.done()
     return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, idle_threshold, refresh, arbiter,
-                            favor, weights, source, share, burst, age_cap, stagger, delay, forward, bank_queue_depth)
+                            favor, weights, source, share, burst, age_cap, stagger, holds_columns, delay, forward,
+                            bank_queue_depth)
 
 
 def parse_frontend(section: Section) -> FrontendConfig:

@@ -13,15 +13,20 @@ NEG = -(np.int64(1) << np.int64(40))
 P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_TIMEOUT = range(11)
 P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
 P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
-P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP, P_IDLE = range(27, 35)
-N_PARAMS = 35
+P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP, P_IDLE, P_REFHOLD = range(27, 36)
+N_PARAMS = 36
 
 # Scalars carried between calls, in `scal`.
 S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_LOOPS, S_IDLE, S_TLIMIT = range(11)
-N_SCALARS = 11
+S_LASTCOL, S_STALLED = range(11, 13)  # the last column command's cycle; 1 once the watchdog fired
+N_SCALARS = 13
+# with requests queued, this many cycles without a column command means a scheduler livelock: stop and say so
+STALL_CYCLES = 10_000_000
 
 # Request classes.
 C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3
+
+SCHED_FRFCFS, SCHED_FCFS, SCHED_ROUND_ROBIN = 0, 1, 2
 
 POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
 

@@ -61,6 +61,7 @@ from archsim.controller.codes import (
     P_POSTED,
     P_RANKS,
     P_RCAP,
+    P_REFHOLD,
     P_REFI,
     P_REFIPB,
     P_REFRESH,
@@ -85,14 +86,19 @@ from archsim.controller.codes import (
     S_DONE,
     S_IDLE,
     S_LAST,
+    S_LASTCOL,
     S_LOGOVF,
     S_LOOPS,
     S_NLOG,
     S_PTR,
     S_QUEUED,
+    S_STALLED,
     S_T,
     S_TLIMIT,
     S_VISITS,
+    SCHED_FCFS,
+    SCHED_ROUND_ROBIN,
+    STALL_CYCLES,
     TOKEN,
     WR,
     WRA,
@@ -118,7 +124,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
                bhead, btail, bcnt, bnext, bprev, amask,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
-               ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, cmd_count,
+               ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, rr_ptr, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
     n_req = req_ts.shape[0]
     nch = prm[P_NCH]
@@ -130,7 +136,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     bpp = ranks * bpr
     rqd = prm[P_RQ]
     wqd = prm[P_WQ]
-    fcfs = prm[P_SCHED] == 1
+    fcfs = prm[P_SCHED] == SCHED_FCFS
+    rr = prm[P_SCHED] == SCHED_ROUND_ROBIN  # banks served in turn, as DRAMSim3's per-bank command queues
     policy = prm[P_POLICY]
     cap = prm[P_CAP]
     timeout = prm[P_TIMEOUT]
@@ -138,6 +145,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     low = prm[P_LOW]
     idle_drain = prm[P_IDLE]  # -1: watermarks; >= 0: batch drains (draining[pc] counts the writes left)
     refresh = prm[P_REFRESH]
+    hold_cols = prm[P_REFHOLD] != 0  # a due refresh holds its rank's (bank's) column commands too
     delay = prm[P_DELAY]
     forward = prm[P_FORWARD] != 0
     injcap = prm[P_INJCAP]
@@ -174,6 +182,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     n_idle = 0
     queued = scal[S_QUEUED]
     last = scal[S_LAST]
+    last_col_t = scal[S_LASTCOL]
 
     while True:
         # ---- injection: each port (host, pnm) in its own trace order, head-of-line blocking on a full queue
@@ -258,6 +267,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         hits_r[gb] += 1
                         hsum_r[pc] += 1
                 pend[gb] += 1
+                if queued == 0:
+                    last_col_t = t  # the watchdog counts from the first request of a busy spell
                 queued += 1
                 # when must the channel look at this request? One that may change which queue is served (drain
                 # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
@@ -316,6 +327,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
             row_age = INF
             row_bank = -1
             row_is_ref = False
+            col_rr = 0
+            row_rr = 0
             for p in range(pcs):
                 pc = ch * pcs + p
                 if pc_next[pc] > t and not tick:
@@ -417,6 +430,10 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 bc_cmd = -1
                 br_cmd = -1
                 bc_w = False
+                act_key = INF  # round-robin: the first ready ACT and the first two ready PREs in turn order
+                pre_key = INF
+                pre_key2 = INF
+                ptr_rr = rr_ptr[pc]
                 ready_pre = 0
                 ready_act = 0
                 if bankq:
@@ -470,6 +487,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                                           gb - base == ref_block_bank)
                             if cmd in (ACT, PRE) and row_is_ref:
                                 blocked_ref = True
+                            if cmd in (RD, WR) and hold_cols and (req_rf[idx] - pc * ranks == ref_block_rank or
+                                                                  gb - base == ref_block_bank):
+                                blocked_ref = True
                             if not blocked_ref:
                                 e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
                                               nxt_pc, faw, faw_pos, tfaw)
@@ -522,7 +542,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             h = hits_w[gb]
                         else:
                             h = hits_r[gb]
-                        if orow >= 0 and h > 0 and want_col:
+                        if orow >= 0 and h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
+                                                                                     bb == ref_block_bank)):
                             # this walk and the one below (first request missing the open row) stay written out:
                             # one shared inlined helper made random replay about 15 % slower
                             idx = -1
@@ -538,7 +559,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                         if not ordered:
                                             break
                                     j = bnext[j]
-                            if idx >= 0 and (best_col < 0 or kidx < best_col_key):
+                            if rr:
+                                kidx = (bb + bpp - ptr_rr - 1) % bpp  # across banks: turn order, not age
+                            if idx >= 0 and kidx < best_col_key:
                                 if ready[idx] > t:
                                     if ready[idx] < nt:
                                         nt = ready[idx]
@@ -594,12 +617,37 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                                 ready_act += 1
                             else:
                                 ready_pre += 1
-                            if best_row < 0 or kidx < best_row_key:
+                            if rr:
+                                kidx = (bb + bpp - ptr_rr - 1) % bpp
+                                if cmd == ACT:
+                                    act_key = min(act_key, kidx)
+                                elif kidx < pre_key:
+                                    pre_key2 = pre_key
+                                    pre_key = kidx
+                                elif kidx < pre_key2:
+                                    pre_key2 = kidx
+                            if kidx < best_row_key:
                                 best_row = idx
                                 best_row_key = kidx
                                 br_cmd = cmd
                         elif e < nt:
                             nt = e
+                rr_next = ptr_rr
+                if rr and (best_col >= 0 or best_row >= 0):
+                    # DRAMSim3 issues the first ready command in bank turn order, then looks on from that bank,
+                    # with the first command's timing applied, for a second one: issued if it uses the other
+                    # bus. A column command blocks every other column command and an ACT every other ACT
+                    # (tCCD, tRRD); a PRE blocks nothing. The turn moves to the bank where the second look stops.
+                    if best_col_key < best_row_key:
+                        first_key = best_col_key
+                        next_key = best_row_key
+                    else:
+                        first_key = best_row_key
+                        next_key = min(best_col_key, pre_key if br_cmd == ACT else min(act_key, pre_key2))
+                        if best_col >= 0 and best_col_key > next_key:
+                            best_col = -1
+                            nt = t + 1
+                    rr_next = (ptr_rr + 1 + (next_key if next_key < INF else first_key)) % bpp
                 # another ready row command may issue next cycle; other ACTs behind an ACT wait for tRRD/tFAW,
                 # which the ACT's own wake-up covers
                 if ready_pre + ready_act > 1 and (br_cmd != ACT or ready_pre > 0):
@@ -629,6 +677,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         if col_pc >= 0:
                             pc_next[col_pc] = t + 1
                         col_pc = pc
+                        col_rr = rr_next
                         col_i = best_col
                         col_cmd = bc_cmd
                         col_w = bc_w
@@ -644,6 +693,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             if row_pc >= 0:
                                 pc_next[row_pc] = t + 1  # displaced (an earlier pseudo-channel)
                             row_pc = pc
+                            row_rr = rr_next
                             row_age = age
                             if best_row >= 0:
                                 row_req = best_row
@@ -684,6 +734,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
                 apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
+                last_col_t = t
+                rr_ptr[pc] = col_rr
                 if col_w:
                     end = t + cwl + burst
                     hits_w[gb] -= 1
@@ -815,6 +867,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if logging:
                     log_command(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 cmd_count[row_cmd] += 1
+                if row_req >= 0:
+                    rr_ptr[pc] = row_rr
                 pc_next[pc] = nt
             if col_pc < 0 and row_pc < 0:
                 n_idle += 1
@@ -838,6 +892,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
             scal[S_DONE] = 1
             break
         if ptr >= stop_ptr and ptr < n_req:
+            break
+        if queued > 0 and t - last_col_t > STALL_CYCLES:
+            scal[S_STALLED] = 1
             break
         if logging and scal[S_NLOG] + 2 * nch + 2 > log_cycle.shape[0]:
             scal[S_LOGOVF] = 1  # the caller grows the log and resumes at this very cycle
@@ -877,4 +934,5 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     scal[S_PTR] = ptr
     scal[S_QUEUED] = queued
     scal[S_LAST] = last
+    scal[S_LASTCOL] = last_col_t
     return t
