@@ -527,8 +527,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                         if cnt == 0:
                             continue
                         orow = open_row[gb]
-                        if orow < 0 and (ab > t or not want_row):
-                            # a closed bank offers only an ACT, and none can issue before the shared bound
+                        if orow < 0 and (ab > t or not want_row or nxt_bank[gb, ACT] > t):
+                            # a closed bank offers only an ACT, and none can issue before the shared bound or the
+                            # bank's own
                             if want_row:
                                 v = nxt_bank[gb, ACT]
                                 if v < ab:
@@ -544,46 +545,62 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                             h = hits_r[gb]
                         if orow >= 0 and h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
                                                                                      bb == ref_block_bank)):
-                            # this walk and the one below (first request missing the open row) stay written out:
-                            # one shared inlined helper made random replay about 15 % slower
-                            idx = -1
-                            kidx = INF
-                            for k in range(k_lo, k_hi):
-                                j = bhead[gb, k]
-                                while j >= 0:
-                                    if req_row[j] == orow:
-                                        kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                        if kj < kidx:
-                                            kidx = kj
-                                            idx = j
-                                        if not ordered:
-                                            break
-                                    j = bnext[j]
-                            if rr:
-                                kidx = (bb + bpp - ptr_rr - 1) % bpp  # across banks: turn order, not age
-                            if idx >= 0 and kidx < best_col_key:
-                                if ready[idx] > t:
-                                    if ready[idx] < nt:
-                                        nt = ready[idx]
-                                else:
-                                    is_w_req = req_write[idx] != 0
-                                    auto = False
-                                    if policy == POL_CLOSED:
-                                        auto = (hits_w[gb] if is_w_req else hits_r[gb]) <= 1
-                                    cmd = (WRA if auto else WR) if is_w_req else (RDA if auto else RD)
-                                    e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
-                                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
-                                    if e <= t:
-                                        best_col = idx
-                                        best_col_key = kidx
-                                        bc_cmd = cmd
-                                        bc_w = is_w_req
-                                    elif e < nt:
-                                        nt = e
+                            # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
+                            # the walk
+                            if bankq:
+                                cbank = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
+                            else:
+                                cbank = nxt_bank[gb, WR] if use_w else nxt_bank[gb, RD]
+                            if policy == POL_CLOSED:
+                                cbank = min(cbank, nxt_bank[gb, RDA], nxt_bank[gb, WRA])
+                            if cbank > t:
+                                if cbank < nt:
+                                    nt = cbank
+                            else:
+                                # this walk and the one below (first request missing the open row) stay written out:
+                                # one shared inlined helper made random replay about 15 % slower
+                                idx = -1
+                                kidx = INF
+                                for k in range(k_lo, k_hi):
+                                    j = bhead[gb, k]
+                                    while j >= 0:
+                                        if req_row[j] == orow:
+                                            kj = priority_key(j, t, req_src, accept, favored, agecap)
+                                            if kj < kidx:
+                                                kidx = kj
+                                                idx = j
+                                            if not ordered:
+                                                break
+                                        j = bnext[j]
+                                if rr:
+                                    kidx = (bb + bpp - ptr_rr - 1) % bpp  # across banks: turn order, not age
+                                if idx >= 0 and kidx < best_col_key:
+                                    if ready[idx] > t:
+                                        if ready[idx] < nt:
+                                            nt = ready[idx]
+                                    else:
+                                        is_w_req = req_write[idx] != 0
+                                        auto = False
+                                        if policy == POL_CLOSED:
+                                            auto = (hits_w[gb] if is_w_req else hits_r[gb]) <= 1
+                                        cmd = (WRA if auto else WR) if is_w_req else (RDA if auto else RD)
+                                        e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
+                                                      nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                                        if e <= t:
+                                            best_col = idx
+                                            best_col_key = kidx
+                                            bc_cmd = cmd
+                                            bc_w = is_w_req
+                                        elif e < nt:
+                                            nt = e
                         if not want_row or cnt == h:
                             continue
                         if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
                             continue  # the open row's hits go first; their column commands wake the channel
+                        if orow >= 0 and nxt_bank[gb, PRE] > t:
+                            if nxt_bank[gb, PRE] < nt:
+                                nt = nxt_bank[gb, PRE]  # the bank's own tRAS / tRTP / tWR bound
+                            continue
                         # the first (oldest, or highest-priority) request of this bank not hitting the open row
                         idx = -1
                         kidx = INF
