@@ -65,3 +65,21 @@ def test_a_livelocked_controller_stops_with_a_clear_error():
     nxt_bank[:] = 10**15
     with pytest.raises(RuntimeError, match="stalled: 8 requests queued"):
         session.run_until(int(K.INF))
+
+
+@pytest.mark.parametrize("overrides", [(), ("memory.frontend.max_injections_per_cycle=1",)])
+def test_a_replay_in_chunks_equals_one_in_one_go(overrides):
+    """The kernel stops between cycles only: a call that stopped mid-cycle used to resume with a second visit
+    of the same cycle (two row commands on one channel's row bus, found by the protocol checker)."""
+    cfg = config("HBM3", *overrides)
+    rng = np.random.default_rng(3)
+    n = 4000
+    address = np.where(rng.random(n) < 0.5, np.arange(n) * 64,
+                       rng.integers(0, cfg.organization.capacity_bytes // 64, n) * 64).astype(np.uint64)
+    requests = Requests.build(np.cumsum(rng.integers(0, 3, n)), address, (rng.random(n) < 0.3).astype(np.uint8))
+    whole = replay(cfg, requests, command_log=True)
+    chunked = replay(cfg, requests, command_log=True, chunk_requests=7)
+    assert np.array_equal(whole.accept_cycle, chunked.accept_cycle)
+    assert np.array_equal(whole.done_cycle, chunked.done_cycle)
+    for field in ("cycle", "command", "pseudo_channel", "bank"):
+        assert np.array_equal(getattr(whole.command_log, field), getattr(chunked.command_log, field)), field

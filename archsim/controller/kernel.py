@@ -185,11 +185,18 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     last_col_t = scal[S_LASTCOL]
 
     while True:
+        # a call stops only between cycles, so that a resumed run is the same as an uninterrupted one: after the
+        # caller's chunk of requests is in, or before a cycle whose commands might not fit in the log
+        if ptr >= stop_ptr and ptr < n_req:
+            break
+        if logging and scal[S_NLOG] + 2 * nch + 2 > log_cycle.shape[0]:
+            scal[S_LOGOVF] = 1  # the caller grows the log and resumes at this very cycle
+            break
         # ---- injection: each port (host, pnm) in its own trace order, head-of-line blocking on a full queue
         for port in range(2):
             port_injected[port] = 0
             port_blocked[port] = False
-            while port_ptr[port] < port_end[port + 1] and ptr < stop_ptr:
+            while port_ptr[port] < port_end[port + 1]:
                 idx = port_idx[port_ptr[port]]
                 if req_ts[idx] > t:
                     break
@@ -908,13 +915,8 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         if ptr >= n_req and queued == 0:
             scal[S_DONE] = 1
             break
-        if ptr >= stop_ptr and ptr < n_req:
-            break
         if queued > 0 and t - last_col_t > STALL_CYCLES:
             scal[S_STALLED] = 1
-            break
-        if logging and scal[S_NLOG] + 2 * nch + 2 > log_cycle.shape[0]:
-            scal[S_LOGOVF] = 1  # the caller grows the log and resumes at this very cycle
             break
         # ---- next event: the earliest channel event or the next injection
         nt = INF
