@@ -27,39 +27,40 @@ from pathlib import Path
 
 import numpy as np
 
+from archsim.config.memory import MemoryConfig, load_memory_config
 from archsim.report.output import write_json
 from archsim.trace.text_formats import write_dramsim3
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INI = ROOT.parent / "shared" / "reference" / "dramsim3" / "HBM2_8Gb_x128.ini"
-ACCESS_BYTES = 64
-CAPACITY_BYTES = 8 * 2**30  # the reference .ini: 8 channels x 1 GiB
 BANDWIDTH_TOLERANCE = 0.15
 LATENCY_TOLERANCE = 0.25
 
 
-def _kv_pages(rng: np.random.Generator, n: int, page_bytes: int, write_share: float) -> tuple[np.ndarray, np.ndarray]:
+def _kv_pages(rng: np.random.Generator, n: int, page_bytes: int, write_share: float, capacity_bytes: int,
+              access_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """Paged KV reads: whole pages at random places, in order inside a page; appends write single lines."""
-    lines_per_page = page_bytes // ACCESS_BYTES
-    pages = rng.integers(0, CAPACITY_BYTES // page_bytes, n // lines_per_page + 1)
-    address = (pages[:, None] * page_bytes + np.arange(lines_per_page) * ACCESS_BYTES).reshape(-1)[:n]
+    lines_per_page = page_bytes // access_bytes
+    pages = rng.integers(0, capacity_bytes // page_bytes, n // lines_per_page + 1)
+    address = (pages[:, None] * page_bytes + np.arange(lines_per_page) * access_bytes).reshape(-1)[:n]
     is_write = rng.random(n) < write_share
     return address.astype(np.uint64), is_write
 
 
-def suite(n: int, seed: int = 11) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def suite(n: int, capacity_bytes: int, access_bytes: int,
+          seed: int = 11) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """name -> (cycle, address, is_write): streaming, random, read/write mixes, paged-KV-like and strided,
     each saturating (all stamped 0, the trace CPU injects one per cycle) or low-rate."""
     rng = np.random.default_rng(seed)
-    lines = CAPACITY_BYTES // ACCESS_BYTES
-    sequential = np.arange(n, dtype=np.uint64) * ACCESS_BYTES
-    random = (rng.integers(0, lines, n) * ACCESS_BYTES).astype(np.uint64)
+    lines = capacity_bytes // access_bytes
+    sequential = np.arange(n, dtype=np.uint64) * access_bytes
+    random = (rng.integers(0, lines, n) * access_bytes).astype(np.uint64)
     reads = np.zeros(n, dtype=bool)
     zero = np.zeros(n, dtype=np.int64)
     every = np.arange(n, dtype=np.int64)
     mix30 = rng.random(n) < 0.3
-    kv_address, kv_write = _kv_pages(rng, n, 4096, 0.05)
-    hot = (rng.integers(0, 256 * 1024 // ACCESS_BYTES, n) * ACCESS_BYTES).astype(np.uint64)
+    kv_address, kv_write = _kv_pages(rng, n, 4096, 0.05, capacity_bytes, access_bytes)
+    hot = (rng.integers(0, 256 * 1024 // access_bytes, n) * access_bytes).astype(np.uint64)
     return {
         "stream_sat": (zero, sequential, reads),
         "stream_low": (every * 8, sequential, reads),
@@ -73,9 +74,9 @@ def suite(n: int, seed: int = 11) -> dict[str, tuple[np.ndarray, np.ndarray, np.
         "write_stream_sat": (zero, sequential, ~reads),
         "kv_pages_sat": (zero, kv_address, kv_write),
         "kv_pages_low": (every * 4, kv_address, kv_write),
-        "stride_2KiB_sat": (zero, (every * 2048 % CAPACITY_BYTES).astype(np.uint64), reads),
-        "stride_16KiB_sat": (zero, (every * 16384 % CAPACITY_BYTES).astype(np.uint64), reads),
-        "stride_256KiB_sat": (zero, (every * 262144 % CAPACITY_BYTES).astype(np.uint64), reads),
+        "stride_2KiB_sat": (zero, (every * 2048 % capacity_bytes).astype(np.uint64), reads),
+        "stride_16KiB_sat": (zero, (every * 16384 % capacity_bytes).astype(np.uint64), reads),
+        "stride_256KiB_sat": (zero, (every * 262144 % capacity_bytes).astype(np.uint64), reads),
         "hot256KiB_mix_sat": (zero, hot, mix30),
     }
 
@@ -99,7 +100,8 @@ def _dramsim3_totals(binary: Path, ini: Path, trace: Path, cycles: int, out_dir:
     return {"reads": reads, "writes": writes, "read_latency": latency / reads if reads else 0.0}
 
 
-def _dramsim3_run(binary: Path, ini: Path, trace: Path, n: int, guess_cycles: int, work: Path) -> dict[str, float]:
+def _dramsim3_run(binary: Path, ini: Path, trace: Path, n: int, guess_cycles: int, work: Path,
+                  cfg: MemoryConfig) -> dict[str, float]:
     """DRAMSim3 runs a fixed cycle count: bisect the smallest count at which every request is done (to 0.05 %)."""
     def finished(cycles: int) -> bool:
         totals = _dramsim3_totals(binary, ini, trace, cycles, work)
@@ -121,7 +123,8 @@ def _dramsim3_run(binary: Path, ini: Path, trace: Path, n: int, guess_cycles: in
         else:
             lo = mid
     totals = _dramsim3_totals(binary, ini, trace, hi, work)
-    return {"cycles": hi, "bandwidth_GBps": n * ACCESS_BYTES / hi, "read_latency": totals["read_latency"]}
+    bandwidth = n * cfg.organization.access_bytes / (hi * cfg.timing.tCK_ns)
+    return {"cycles": hi, "bandwidth_GBps": bandwidth, "read_latency": totals["read_latency"]}
 
 
 def main() -> int:
@@ -143,7 +146,9 @@ def main() -> int:
           f"{'ratio':>6}  verdict", flush=True)
     failures = 0
     figures: dict[str, dict[str, dict[str, float]]] = {}
-    for name, (cycle, address, is_write) in suite(args.requests).items():
+    cfg = load_memory_config(memory_yaml)
+    org = cfg.organization
+    for name, (cycle, address, is_write) in suite(args.requests, org.capacity_bytes, org.access_bytes).items():
         if args.only and name not in args.only:
             continue
         trace = work / f"{name}.trace"
@@ -155,7 +160,7 @@ def main() -> int:
             print(f"{line} {'-':>9} {'-':>6} {ours['read_latency']:>11.1f}", flush=True)
             continue
         theirs = _dramsim3_run(args.dramsim3, args.ini, trace, len(address), int(ours["cycles"]),
-                               work / f"{name}.dramsim3")
+                               work / f"{name}.dramsim3", cfg)
         figures[name]["dramsim3"] = theirs
         bw_ratio = ours["bandwidth_GBps"] / theirs["bandwidth_GBps"]
         lat_ratio = ours["read_latency"] / theirs["read_latency"] if theirs["read_latency"] else float("nan")

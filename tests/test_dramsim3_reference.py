@@ -29,8 +29,9 @@ def imported(tmp_path_factory, dramsim3_ini):
 
 
 @pytest.fixture(scope="module")
-def traces():
-    return suite(REFERENCE["requests_per_trace"])
+def traces(imported):
+    org = imported.organization
+    return suite(REFERENCE["requests_per_trace"], org.capacity_bytes, org.access_bytes)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE["traces"]))
