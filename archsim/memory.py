@@ -175,6 +175,7 @@ class MemorySession:
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._sparse = sparse_timing_table(compile_timing_table(cfg.timing))
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
+        self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
         self._outputs = _request_outputs(n)
         self._state, self._named = _kernel_state(cfg, n)
         self._named["port_ptr"][:] = self._inputs[-1][:2]  # each port starts at its first request
@@ -238,8 +239,8 @@ class MemorySession:
         start = time.perf_counter()
         while True:
             before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
-            run_kernel(stop, self._prm, self._sparse, self._scal, *self._inputs, *self._outputs, *self._state,
-                         *self._log)
+            run_kernel(stop, self._prm, self._sparse, self._scal, self._scratch, *self._inputs, *self._outputs,
+                       *self._state, *self._log)
             if self._scal[K.S_STALLED]:
                 raise RuntimeError(f"the memory controller stalled: {int(self._scal[K.S_QUEUED])} requests queued "
                                    f"and no column command for {K.STALL_CYCLES:,} cycles (cycle {self.now:,}); "
@@ -331,9 +332,11 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
              per(n_bank), per(n_bank), per(n_bank),
              np.full((n_bank, 2), -1, dtype=np.int64), np.full((n_bank, 2), -1, dtype=np.int64),
              np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1),
+             np.zeros((n_pc, (org.banks_per_pseudo_channel + 63) // 64), dtype=np.uint64),
              np.zeros((n_pc, (org.banks_per_pseudo_channel + 63) // 64), dtype=np.uint64))
     # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win, then the per-bank
-    # request lists (head, tail, count per kind) and their links (next, previous per request)
+    # request lists (head, tail, count per kind) and their links (next, previous per request), then per
+    # pseudo-channel bit masks of the banks with requests queued and of the banks with a row open
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),

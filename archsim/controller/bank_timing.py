@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
-from archsim.controller.codes import ACT, INF, PREA, REF
+from archsim.controller.codes import ACT, INF, PREA, RD, RDA, REF, WR, WRA
+from archsim.controller.request_lists import bit_index
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -39,7 +41,7 @@ def _raise_scope(cells, row, sparse, cmd, k, level, t):
     return k
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
@@ -55,7 +57,7 @@ def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_
             _raise_scope(nxt_rank, r, sparse, cmd, k, 4, t)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                   faw, faw_pos, tfaw):
     """Earliest issue of a row command; PREA looks at every open bank of the rank."""
@@ -113,3 +115,50 @@ def set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
     hsum_w[pc] += hw - hits_w[gb]
     hits_r[gb] = hr
     hits_w[gb] = hw
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg):
+    """No ACT to a closed bank with requests queued can issue before this cycle by its bank's and bank group's
+    own timing (tRP, tRC, tRRD_L); `act_bound` gives the bounds they share."""
+    lo = INF
+    for word in range(amask.shape[1]):
+        closed = amask[pc, word] & ~omask[pc, word]
+        while closed != 0:
+            gb = pc * bpp + word * 64 + bit_index(closed)
+            closed &= closed - np.uint64(1)
+            v = nxt_bank[gb, ACT]
+            if nxt_bg[gb // banks, ACT] > v:
+                v = nxt_bg[gb // banks, ACT]
+            if v < lo:
+                lo = v
+    return lo
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, auto_precharge):
+    """No column command to a queued row hit can issue before this cycle: per open bank with hits, its own
+    bound (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out)."""
+    lo = INF
+    for word in range(amask.shape[1]):
+        live = amask[pc, word] & omask[pc, word]
+        while live != 0:
+            gb = pc * bpp + word * 64 + bit_index(live)
+            live &= live - np.uint64(1)
+            if cb_r < INF and hits_r[gb] > 0:
+                v = nxt_bank[gb, RD]
+                if auto_precharge and nxt_bank[gb, RDA] < v:
+                    v = nxt_bank[gb, RDA]
+                if cb_r > v:
+                    v = cb_r
+                if v < lo:
+                    lo = v
+            if cb_w < INF and hits_w[gb] > 0:
+                v = nxt_bank[gb, WR]
+                if auto_precharge and nxt_bank[gb, WRA] < v:
+                    v = nxt_bank[gb, WRA]
+                if cb_w > v:
+                    v = cb_w
+                if v < lo:
+                    lo = v
+    return lo

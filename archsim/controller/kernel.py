@@ -21,8 +21,10 @@ from numba import njit
 from archsim.controller.bank_timing import (
     act_bound,
     apply_command,
+    closed_act_bound,
     col_bound,
     earliest,
+    hits_bound,
     row_earliest,
     set_hits,
 )
@@ -108,6 +110,7 @@ from archsim.controller.request_lists import (
     count_row,
     link,
     log_command,
+    mark_open,
     move_one,
     priority_key,
     remove_at,
@@ -115,14 +118,14 @@ from archsim.controller.request_lists import (
 )
 
 
-@njit(cache=True, error_model="numpy")
-def run_kernel(stop_ptr, prm, sparse, scal,
+@njit(cache=True, error_model="numpy", _nrt=False)
+def run_kernel(stop_ptr, prm, sparse, scal, scratch,
                req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf, req_src,
                port_idx, port_end,
                accept, ready, done, klass, bank_conflict,
                nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
                open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
-               bhead, btail, bcnt, bnext, bprev, amask,
+               bhead, btail, bcnt, bnext, bprev, amask, omask,
                rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
                ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, rr_ptr, cmd_count,
                log_cycle, log_cmd, log_pc, log_bank, log_row):
@@ -173,9 +176,9 @@ def run_kernel(stop_ptr, prm, sparse, scal,
     t = scal[S_T]
     ptr = scal[S_PTR]
     tlimit = scal[S_TLIMIT]
-    port_injected = np.zeros(2, dtype=np.int64)
-    port_blocked = np.zeros(2, dtype=np.bool_)
-    due = np.zeros(nch, dtype=np.int64)
+    port_injected = scratch[0:2]
+    port_blocked = scratch[2:4]  # 1: the port's next request waits for room in a full queue
+    due = scratch[4:]
     tail_drain_woken = False
     n_visits = 0
     n_loops = 0
@@ -195,7 +198,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         # ---- injection: each port (host, pnm) in its own trace order, head-of-line blocking on a full queue
         for port in range(2):
             port_injected[port] = 0
-            port_blocked[port] = False
+            port_blocked[port] = 0
             while port_ptr[port] < port_end[port + 1]:
                 idx = port_idx[port_ptr[port]]
                 if req_ts[idx] > t:
@@ -209,7 +212,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 else:
                     full = port_q[pc, (2 if is_w else 0) + port] >= (wqd if is_w else rqd)
                 if full:
-                    port_blocked[port] = True
+                    port_blocked[port] = 1
                     break
                 port_ptr[port] += 1
                 port_injected[port] += 1
@@ -443,26 +446,28 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 ptr_rr = rr_ptr[pc]
                 ready_pre = 0
                 ready_act = 0
+                cb_r = INF
+                cb_w = INF
                 if bankq:
                     n_hits = hsum_r[pc] + hsum_w[pc]
                     n_sched = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc]
-                    cb = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
-                    v = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
-                    if v < cb:
-                        cb = v
+                    cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                    cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                 elif use_w:
                     n_hits = hsum_w[pc]
                     n_sched = wq_len[pc]
-                    cb = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
+                    cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                 else:
                     n_hits = hsum_r[pc]
                     n_sched = rq_len[pc]
-                    cb = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                    cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
+                cb = min(cb_r, cb_w)
                 want_col = n_hits > 0
                 if want_col and cb > t:
                     want_col = False
-                    if cb < nt:
-                        nt = cb
+                    v = hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
+                    if v < nt:
+                        nt = v
                 want_row = n_sched > n_hits and not row_is_ref
                 if row_is_ref and row_pc != pc and n_sched > n_hits:
                     nt = t + 1  # another pseudo-channel's refresh holds the row bus this cycle
@@ -517,20 +522,25 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     # request (ACT or PRE); across banks the oldest ready of each kind
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
+                    # while no ACT can issue, closed banks only bound the wake-up by the shared ACT bound: the scan
+                    # skips them (most banks of a tFAW-bound stream are closed, waiting for their activation)
+                    skip_closed = ab > t or not want_row
+                    if skip_closed and want_row:
+                        v = max(ab, closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg))
+                        if v < nt:
+                            nt = v
                     word = 0
-                    pending = amask[pc, 0]
+                    pending = amask[pc, 0] & omask[pc, 0] if skip_closed else amask[pc, 0]
                     while True:
                         while pending == 0 and word + 1 < words:
                             word += 1
-                            pending = amask[pc, word]
+                            pending = amask[pc, word] & omask[pc, word] if skip_closed else amask[pc, word]
                         if pending == 0:
                             break
                         bb = word * 64 + bit_index(pending)
                         pending &= pending - np.uint64(1)
                         gb = base + bb
-                        cnt = 0
-                        for k in range(k_lo, k_hi):
-                            cnt += bcnt[gb, k]
+                        cnt = bcnt[gb, 0] + bcnt[gb, 1] if bankq else bcnt[gb, k_lo]
                         if cnt == 0:
                             continue
                         orow = open_row[gb]
@@ -791,6 +801,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 last_col[gb] = t
                 if col_cmd in (RDA, WRA):
                     open_row[gb] = -1
+                    mark_open(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
@@ -800,9 +811,10 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                 if policy == POL_TIMEOUT and t + timeout < nt:
                     nt = t + timeout  # this row may time out
                 if hsum_r[pc] + hsum_w[pc] > 0:
-                    v = col_bound(WR if col_w else RD, pc, ranks, nxt_rank, nxt_pc)
-                    if bankq:
-                        v = min(v, col_bound(RD if col_w else WR, pc, ranks, nxt_rank, nxt_pc))
+                    # the next column command: the data bus (tCCD) and each hit's own bank (tRCD, tCCD_L)
+                    cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc) if bankq or not col_w else INF
+                    cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc) if bankq or col_w else INF
+                    v = hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
                     if v < nt:
                         nt = v
                 if pend[gb] > hits_r[gb] + hits_w[gb]:
@@ -843,6 +855,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     idx = row_req
                     row = req_row[idx]
                     open_row[gb] = row
+                    mark_open(omask, gb, bpp, True)
                     opener[gb] = req_src[idx]
                     col_count[gb] = 0
                     faw[rf, faw_pos[rf]] = t
@@ -855,12 +868,14 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
                     if v < nt:
                         nt = v
-                    v = act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                    v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw),
+                            closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg))
                     if v < nt:
                         nt = v
                 elif row_cmd == PRE:
                     row = open_row[gb]
                     open_row[gb] = -1
+                    mark_open(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                     if row_req >= 0:
                         if klass[row_req] < 0:
@@ -876,6 +891,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
                         open_row[gbb] = -1
+                        mark_open(omask, gbb, bpp, False)
                         set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
                     nt = t + 1
                 elif row_cmd == REF:
@@ -926,7 +942,7 @@ def run_kernel(stop_ptr, prm, sparse, scal,
         for port in range(2):
             if port_ptr[port] >= port_end[port + 1]:
                 continue
-            if port_blocked[port]:
+            if port_blocked[port] != 0:
                 if (freed or bankq) and t + 1 < nt:
                     nt = t + 1  # a slot may have freed (or a request may move into a bank queue)
             elif injcap > 0 and port_injected[port] >= injcap and req_ts[port_idx[port_ptr[port]]] <= t:

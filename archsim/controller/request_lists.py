@@ -10,7 +10,7 @@ from numba.extending import intrinsic
 from archsim.controller.codes import AGE_BITS, INF, S_LOGOVF, S_NLOG
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def log_command(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row):
     k = scal[S_NLOG]
     if k < log_cycle.shape[0]:
@@ -24,7 +24,7 @@ def log_command(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_ban
         scal[S_LOGOVF] = 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def remove_at(queue, qlen, pc, i):
     n = qlen[pc]
     for j in range(i, n - 1):
@@ -67,6 +67,17 @@ def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
         amask[gb // bpp, bb >> 6] &= ~(np.uint64(1) << np.uint64(bb & 63))
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def mark_open(omask, gb, bpp, is_open):
+    """Keep bank `gb`'s bit in its pseudo-channel's open-bank mask in step with its row buffer."""
+    bb = gb % bpp
+    bit = np.uint64(1) << np.uint64(bb & 63)
+    if is_open:
+        omask[gb // bpp, bb >> 6] |= bit
+    else:
+        omask[gb // bpp, bb >> 6] &= ~bit
+
+
 @intrinsic
 def bit_index(typingctx, low):
     """Index of the lowest set bit of a uint64 (LLVM cttz: one instruction)."""
@@ -78,7 +89,7 @@ def bit_index(typingctx, low):
     return sig, codegen
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def count_row(gb, k, row, bhead, bnext, req_row):
     """Requests of one kind queued at bank `gb` for `row`."""
     h = 0
@@ -102,7 +113,7 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
     return (np.int64(cls) << AGE_BITS) | idx
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
               bhead, btail, bnext, bprev, bcnt, amask, bpp):
     """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
