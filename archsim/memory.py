@@ -120,6 +120,13 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     return prm
 
 
+def kernel_variant(prm: np.ndarray) -> int:
+    """Which compiled kernel runs these parameters: the plain one unless a feature beyond the defaults is on."""
+    plain = (prm[K.P_BQD] == 0 and prm[K.P_SCHED] == K.SCHED_FRFCFS and prm[K.P_ARB] == K.ARB_SHARED
+             and prm[K.P_AGECAP] == 0 and prm[K.P_TICK] == 0 and prm[K.P_IDLE] < 0 and prm[K.P_REFHOLD] == 0)
+    return 0 if plain else K.VARIANT_GENERAL
+
+
 def _initial_refresh_due(cfg: MemoryConfig) -> np.ndarray:
     """First refresh deadline per rank: one interval in, staggered evenly across ranks unless disabled."""
     org, t = cfg.organization, cfg.timing
@@ -173,6 +180,7 @@ class MemorySession:
                         d["addr"], d["gb"], d["bgf"], d["rf"], self.requests.source,
                         *_port_order(self.requests.source))
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
+        self._variant = kernel_variant(self._prm)
         self._sparse = sparse_timing_table(compile_timing_table(cfg.timing))
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
@@ -239,8 +247,8 @@ class MemorySession:
         start = time.perf_counter()
         while True:
             before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
-            run_kernel(stop, self._prm, self._sparse, self._scal, self._scratch, *self._inputs, *self._outputs,
-                       *self._state, *self._log)
+            run_kernel(self._variant, stop, self._prm, self._sparse, self._scal, self._scratch, self._inputs,
+                       self._outputs, self._state, self._log)
             if self._scal[K.S_STALLED]:
                 raise RuntimeError(f"the memory controller stalled: {int(self._scal[K.S_QUEUED])} requests queued "
                                    f"and no column command for {K.STALL_CYCLES:,} cycles (cycle {self.now:,}); "

@@ -34,3 +34,7 @@ POL_OPEN, POL_CLOSED, POL_OPEN_CAP, POL_TIMEOUT = 0, 1, 2, 3
 ARB_SHARED, ARB_PRIORITY_HOST, ARB_PRIORITY_PNM, ARB_WRR, ARB_RESERVE = 0, 1, 2, 3, 4
 TOKEN = 1_000_000  # one column command's worth of reservation tokens
 AGE_BITS = 40  # request index bits of a priority key: key = class << AGE_BITS | index
+
+# kernel variants, compiled apart: the general one serves every feature, the plain one only the defaults
+# (FR-FCFS, the shared port arbiter without age cap, no bank queues, watermark write drains, no refresh hold)
+VARIANT_GENERAL = 1

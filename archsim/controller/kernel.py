@@ -15,6 +15,8 @@ the pseudo-channels whose bound has come; one displaced from a shared command bu
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from numba import njit
 
@@ -102,6 +104,7 @@ from archsim.controller.codes import (
     SCHED_ROUND_ROBIN,
     STALL_CYCLES,
     TOKEN,
+    VARIANT_GENERAL,
     WR,
     WRA,
 )
@@ -118,17 +121,20 @@ from archsim.controller.request_lists import (
 )
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
-def run_kernel(stop_ptr, prm, sparse, scal, scratch,
-               req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf, req_src,
-               port_idx, port_end,
-               accept, ready, done, klass, bank_conflict,
-               nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-               open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
-               bhead, btail, bcnt, bnext, bprev, amask, omask,
-               rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
-               ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, rr_ptr, cmd_count,
-               log_cycle, log_cmd, log_pc, log_bank, log_row):
+def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
+    (req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf, req_src,
+     port_idx, port_end) = inputs
+    accept, ready, done, klass, bank_conflict = outputs
+    (nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
+     open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
+     bhead, btail, bcnt, bnext, bprev, amask, omask,
+     rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
+     ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
+    log_cycle, log_cmd, log_pc, log_bank, log_row = log
+    # `variant` is compiled in as a constant, so the common configuration's kernel carries none of the code
+    # of the features it does not use (fewer live values, fewer spills): bit 0 general, bit 1 command log
+    general = GENERAL  # a constant of each compiled variant (see `_compiled`)
+    logging = prm[P_LOGCAP] > 0
     n_req = req_ts.shape[0]
     nch = prm[P_NCH]
     pcs = prm[P_PCS]
@@ -139,16 +145,17 @@ def run_kernel(stop_ptr, prm, sparse, scal, scratch,
     bpp = ranks * bpr
     rqd = prm[P_RQ]
     wqd = prm[P_WQ]
-    fcfs = prm[P_SCHED] == SCHED_FCFS
-    rr = prm[P_SCHED] == SCHED_ROUND_ROBIN  # banks served in turn, as DRAMSim3's per-bank command queues
+    fcfs = general and prm[P_SCHED] == SCHED_FCFS
+    rr = general and prm[P_SCHED] == SCHED_ROUND_ROBIN  # banks served in turn, as DRAMSim3's per-bank command queues
     policy = prm[P_POLICY]
     cap = prm[P_CAP]
     timeout = prm[P_TIMEOUT]
     high = prm[P_HIGH]
     low = prm[P_LOW]
-    idle_drain = prm[P_IDLE]  # -1: watermarks; >= 0: batch drains (draining[pc] counts the writes left)
+    # -1: watermarks; >= 0: batch drains (draining[pc] counts the writes left)
+    idle_drain = prm[P_IDLE] if general else -1
     refresh = prm[P_REFRESH]
-    hold_cols = prm[P_REFHOLD] != 0  # a due refresh holds its rank's (bank's) column commands too
+    hold_cols = general and prm[P_REFHOLD] != 0  # a due refresh holds its rank's (bank's) column commands too
     delay = prm[P_DELAY]
     forward = prm[P_FORWARD] != 0
     injcap = prm[P_INJCAP]
@@ -159,16 +166,15 @@ def run_kernel(stop_ptr, prm, sparse, scal, scratch,
     tfaw = prm[P_FAW]
     trefi = prm[P_REFI]
     trefipb = prm[P_REFIPB]
-    logging = prm[P_LOGCAP] > 0
-    bqd = prm[P_BQD]
-    tick = prm[P_TICK] != 0  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
-    arb = prm[P_ARB]
+    bqd = prm[P_BQD] if general else 0
+    tick = general and prm[P_TICK] != 0  # reference mode: evaluate every channel every cycle (tests the wake-up bounds)
+    arb = prm[P_ARB] if general else ARB_SHARED
     w0 = prm[P_W0]
     w1 = prm[P_W1]
     rsrc = prm[P_RSRC]
     rrate = prm[P_RRATE]
     rcap = prm[P_RCAP]
-    agecap = prm[P_AGECAP]
+    agecap = prm[P_AGECAP] if general else 0
     ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first
     words = amask.shape[1]
     bankq = bqd > 0
@@ -971,3 +977,27 @@ def run_kernel(stop_ptr, prm, sparse, scal, scratch,
     scal[S_LAST] = last
     scal[S_LASTCOL] = last_col_t
     return t
+
+
+
+GENERAL = True
+
+
+def _compiled(general: bool, name: str):
+    """`_kernel` compiled with GENERAL frozen to `general`, under its own name (and so its own cache files): the
+    plain variant carries none of the code of the features the defaults leave off, which keeps its live values
+    in registers (about 1.2x faster)."""
+    fn = types.FunctionType(_kernel.__code__, {**_kernel.__globals__, "GENERAL": general}, name)
+    fn.__qualname__ = name
+    return njit(cache=True, error_model="numpy", _nrt=False)(fn)
+
+
+_kernel_plain = _compiled(False, "_kernel_plain")
+_kernel_general = _compiled(True, "_kernel_general")
+
+
+def run_kernel(variant: int, stop_ptr: int, prm: np.ndarray, sparse: np.ndarray, scal: np.ndarray,
+               scratch: np.ndarray, inputs: tuple, outputs: tuple, state: tuple, log: tuple) -> int:
+    """Advance the memory (see the module docstring) with the kernel compiled for `variant`."""
+    kernel = _kernel_general if variant & VARIANT_GENERAL else _kernel_plain
+    return kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log)
