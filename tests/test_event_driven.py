@@ -6,7 +6,7 @@ This is the proof that the wake-up bounds never skip a cycle at which a command 
 import numpy as np
 import pytest
 
-from archsim.memory import Requests, replay
+from archsim.memory import Requests, kernel_params, kernel_variant, replay
 from tests.conftest import PRESETS, config
 
 VARIANTS = (
@@ -76,3 +76,31 @@ def test_more_than_64_banks_per_pseudo_channel():
     assert fast.command_log.bank.max() >= 64  # banks in the second mask word did issue
     checked = check_command_log(fast.command_log, cfg.organization, cfg.timing, refresh_mode="all_bank")
     assert checked.violations == []
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_plain_kernel_equals_the_general_one_on_the_defaults(preset, monkeypatch):
+    """The defaults run a kernel with the other features compiled out; the general kernel must agree with it."""
+    from archsim.controller import kernel
+
+    cfg = config(preset)
+    requests = _mixed_stream(cfg)
+    assert kernel_variant(kernel_params(cfg, 0)) == 0
+    plain = replay(cfg, requests, command_log=True)
+    monkeypatch.setattr(kernel, "_kernel_plain", kernel._kernel_general)
+    general = replay(cfg, requests, command_log=True)
+    assert np.array_equal(plain.done_cycle, general.done_cycle)
+    for field in ("cycle", "command", "bank", "row"):
+        assert np.array_equal(getattr(plain.command_log, field), getattr(general.command_log, field)), field
+
+
+@pytest.mark.parametrize("variant", VARIANTS[1:], ids=lambda v: ",".join(s.split(".")[-1] for s in v))
+def test_a_feature_beyond_the_defaults_selects_the_general_kernel_when_it_needs_it(variant):
+    """Only row policy, refresh mode and front-end options may run on the plain kernel: it has no code for the rest."""
+    from archsim.controller import codes
+
+    cfg = config("HBM2", *variant)
+    plain_ok = all(".row_policy=" in s or "refresh=per_bank" in s or ".frontend." in s for s in variant)
+    expected = 0 if plain_ok else codes.VARIANT_GENERAL
+    assert kernel_variant(kernel_params(cfg, 0)) == expected
+    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)) == codes.VARIANT_GENERAL
