@@ -11,6 +11,9 @@ Each pseudo-channel keeps a bound before which nothing can happen in it (`pc_nex
 time of a queued request's next command, a refresh deadline, or the cycle after it issued or moved a
 request. A channel is visited when its earliest pseudo-channel bound comes, and the visit evaluates only
 the pseudo-channels whose bound has come; one displaced from a shared command bus tries again next cycle.
+
+The loop is compiled twice (`_kernel_plain`, `_kernel_general`, chosen by `memory.kernel_variant`): the plain
+variant serves the default controller features only and has the code of the others compiled out.
 """
 
 from __future__ import annotations
@@ -979,7 +982,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
     return t
 
 
-
+# `_kernel` reads this global as a constant: `_compiled` gives each compiled variant its own value
 GENERAL = True
 
 
