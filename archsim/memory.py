@@ -336,23 +336,25 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
 
     timing_rows = tuple(np.zeros((count, K.NCMD), dtype=np.int64) for count in (n_bank, n_bg, n_rank, n_pc))
     faw = np.full((n_rank, 4), K.NEG, dtype=np.int64)
-    banks = (per(n_bank, -1), per(n_bank), per(n_bank), per(n_bank), per(n_bank), per(n_pc), per(n_pc),
-             per(n_bank), per(n_bank), per(n_bank),
-             np.full((n_bank, 2), -1, dtype=np.int64), np.full((n_bank, 2), -1, dtype=np.int64),
-             np.zeros((n_bank, 2), dtype=np.int64), per(n, -1), per(n, -1),
+    # one row of state per bank (columns: controller/codes.py B_*): all closed, no requests listed
+    bank_state = np.zeros((n_bank, K.BANK_COLUMNS), dtype=np.int64)
+    bank_state[:, K.B_OPEN] = -1
+    bank_state[:, K.B_HEAD:K.B_HEAD + 2] = -1
+    bank_state[:, K.B_TAIL:K.B_TAIL + 2] = -1
+    banks = (bank_state, per(n_pc), per(n_pc), per(n, -1), per(n, -1),
              np.zeros((n_pc, (org.banks_per_pseudo_channel + 63) // 64), dtype=np.uint64),
              np.zeros((n_pc, (org.banks_per_pseudo_channel + 63) // 64), dtype=np.uint64))
-    # banks: open_row col_count last_col hits_r hits_w hsum_r hsum_w pend busy_until win, then the per-bank
-    # request lists (head, tail, count per kind) and their links (next, previous per request), then per
-    # pseudo-channel bit masks of the banks with requests queued and of the banks with a row open
+    # banks: the bank table, queued row hits per pseudo-channel (reads, writes), the links of the per-bank
+    # request lists (next, previous per request), then per pseudo-channel bit masks of the banks with requests
+    # queued and of the banks with a row open
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               per(n_pc), per(2), np.zeros((n_pc, 4), dtype=np.int64))
     qos_counts = per(8)
     cmd_count = per(K.NCMD)
-    # served per port, reservation tokens and their update time per pseudo-channel, the port that opened each row
-    qos = (np.zeros((n_pc, 2), dtype=np.int64), per(n_pc), per(n_pc), per(n_bank), qos_counts)
+    # served per port, reservation tokens and their update time per pseudo-channel
+    qos = (np.zeros((n_pc, 2), dtype=np.int64), per(n_pc), per(n_pc), qos_counts)
     ref_due = _initial_refresh_due(cfg)
     # every channel wakes for its first refresh even if no request ever reaches it
     chan_next = per(org.n_channels, int(K.INF))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from archsim.controller.codes import ACT, INF, PREA, RD, RDA, REF, WR, WRA
+from archsim.controller.codes import ACT, B_HITS_R, B_HITS_W, B_OPEN, INF, PREA, RD, RDA, REF, WR, WRA
 from archsim.controller.request_lists import bit_index
 
 
@@ -58,7 +58,7 @@ def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                   faw, faw_pos, tfaw):
     """Earliest issue of a row command; PREA looks at every open bank of the rank."""
     r = bank // bpr
@@ -70,7 +70,7 @@ def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank,
         if cmd == PREA:
             for bb in range(bpr):
                 b = r * bpr + bb
-                if open_row[pc * bpp + b] >= 0:
+                if bstate[pc * bpp + b, B_OPEN] >= 0:
                     v = earliest(PREA, pc * bpp + b, pc * ranks * bgs + b // banks, rf, pc, nxt_bank, nxt_bg,
                                   nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                     if v > e:
@@ -110,11 +110,11 @@ def act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def set_hits(gb, pc, hr, hw, hits_r, hits_w, hsum_r, hsum_w):
-    hsum_r[pc] += hr - hits_r[gb]
-    hsum_w[pc] += hw - hits_w[gb]
-    hits_r[gb] = hr
-    hits_w[gb] = hw
+def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w):
+    hsum_r[pc] += hr - bstate[gb, B_HITS_R]
+    hsum_w[pc] += hw - bstate[gb, B_HITS_W]
+    bstate[gb, B_HITS_R] = hr
+    bstate[gb, B_HITS_W] = hw
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -136,7 +136,7 @@ def closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, auto_precharge):
+def hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, auto_precharge):
     """No column command to a queued row hit can issue before this cycle: per open bank with hits, its own
     bound (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out)."""
     lo = INF
@@ -145,7 +145,7 @@ def hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, auto
         while live != 0:
             gb = pc * bpp + word * 64 + bit_index(live)
             live &= live - np.uint64(1)
-            if cb_r < INF and hits_r[gb] > 0:
+            if cb_r < INF and bstate[gb, B_HITS_R] > 0:
                 v = nxt_bank[gb, RD]
                 if auto_precharge and nxt_bank[gb, RDA] < v:
                     v = nxt_bank[gb, RDA]
@@ -153,7 +153,7 @@ def hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, auto
                     v = cb_r
                 if v < lo:
                     lo = v
-            if cb_w < INF and hits_w[gb] > 0:
+            if cb_w < INF and bstate[gb, B_HITS_W] > 0:
                 v = nxt_bank[gb, WR]
                 if auto_precharge and nxt_bank[gb, WRA] < v:
                     v = nxt_bank[gb, WRA]

@@ -38,3 +38,11 @@ AGE_BITS = 40  # request index bits of a priority key: key = class << AGE_BITS |
 # kernel variants, compiled apart: the general one serves every feature, the plain one only the defaults
 # (FR-FCFS, the shared port arbiter without age cap, no bank queues, watermark write drains, no refresh hold)
 VARIANT_GENERAL = 1
+
+# columns of the per-bank state table, `bstate[global bank, column]`: open row (-1 closed), column commands to
+# it, cycle of the last one, queued row hits by kind, requests pending, busy (refresh) until, bank-queue
+# occupancy, the port that opened the row, then per kind (read, write) the head, tail and length of the
+# bank's request list
+B_OPEN, B_COLS, B_LASTCOL, B_HITS_R, B_HITS_W, B_PEND, B_BUSY, B_WIN, B_OPENER = range(9)
+B_HEAD, B_TAIL, B_CNT = 9, 11, 13
+BANK_COLUMNS = 16

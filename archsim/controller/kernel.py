@@ -40,6 +40,17 @@ from archsim.controller.codes import (
     ARB_RESERVE,
     ARB_SHARED,
     ARB_WRR,
+    B_BUSY,
+    B_CNT,
+    B_COLS,
+    B_HEAD,
+    B_HITS_R,
+    B_HITS_W,
+    B_LASTCOL,
+    B_OPEN,
+    B_OPENER,
+    B_PEND,
+    B_WIN,
     C_CONFLICT,
     C_FORWARD,
     C_HIT,
@@ -129,10 +140,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
      port_idx, port_end) = inputs
     accept, ready, done, klass, bank_conflict = outputs
     (nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-     open_row, col_count, last_col, hits_r, hits_w, hsum_r, hsum_w, pend, busy_until, win,
-     bhead, btail, bcnt, bnext, bprev, amask, omask,
+     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask,
      rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
-     ref_due, ref_ptr, served, tokens, token_t, opener, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
+     ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
     # `variant` is compiled in as a constant, so the common configuration's kernel carries none of the code
     # of the features it does not use (fewer live values, fewer spills): bit 0 general, bit 1 command log
@@ -232,11 +242,11 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 b = req_bank[idx]
                 gb = pc * bpp + b
                 row = req_row[idx]
-                orow = open_row[gb]
-                if (orow >= 0 and orow != row) or (pend[gb] > 0 and orow != row) or busy_until[gb] > t:
+                orow = bstate[gb, B_OPEN]
+                if (orow >= 0 and orow != row) or (bstate[gb, B_PEND] > 0 and orow != row) or bstate[gb, B_BUSY] > t:
                     bank_conflict[idx] = 1
                     if orow >= 0 and orow != row:
-                        qos_counts[4 + req_src[idx] * 2 + opener[gb]] += 1
+                        qos_counts[4 + req_src[idx] * 2 + bstate[gb, B_OPENER]] += 1
                 if forward:
                     # a read of a queued write's address is served from the write queue; a second write to a
                     # queued address merges into it
@@ -249,7 +259,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                 break
                     else:
                         # only a write to the same bank can hold the same address
-                        j = bhead[gb, 1]
+                        j = bstate[gb, B_HEAD + 1]
                         while j >= 0:
                             if req_addr[j] == a:
                                 hit = True
@@ -265,7 +275,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     ready[idx] = INF
                 else:
                     ready[idx] = t + delay
-                    link(idx, gb, 1 if is_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                    link(idx, gb, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -273,7 +283,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     wq_len[pc] += 1
                     wq_unmoved[pc] += 1
                     if orow == row and not bankq:
-                        hits_w[gb] += 1
+                        bstate[gb, B_HITS_W] += 1
                         hsum_w[pc] += 1
                     if posted:
                         done[idx] = t
@@ -283,9 +293,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     rq_len[pc] += 1
                     rq_unmoved[pc] += 1
                     if orow == row and not bankq:
-                        hits_r[gb] += 1
+                        bstate[gb, B_HITS_R] += 1
                         hsum_r[pc] += 1
-                pend[gb] += 1
+                bstate[gb, B_PEND] += 1
                 if queued == 0:
                     last_col_t = t  # the watchdog counts from the first request of a busy spell
                 queued += 1
@@ -304,7 +314,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         v = act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         if v > lb:
                             lb = v
-                    elif hits_r[gb] > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                    elif bstate[gb, B_HITS_R] > 0 and not (policy == POL_OPEN_CAP and bstate[gb, B_COLS] >= cap):
                         lb = INF  # waits behind this bank's row hits; their column commands wake the channel
                     else:
                         lb = nxt_bank[gb, PRE]
@@ -393,11 +403,11 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 if bankq:
                     moved = False
                     if use_w:
-                        moved = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, win, open_row, hits_w, hsum_w,
-                                          req_bank, req_row, ready, 1, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                        moved = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, bstate, hsum_w,
+                                          req_bank, req_row, ready, 1, bnext, bprev, amask, bpp)
                     else:
-                        moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, win, open_row, hits_r, hsum_r,
-                                          req_bank, req_row, ready, 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                        moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, bstate, hsum_r,
+                                          req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
                     if moved and use_w and idle_drain >= 0:
                         draining[pc] -= 1
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
@@ -416,7 +426,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                             ref_block_rank = r
                             any_open = False
                             for bb in range(bpr):
-                                if open_row[base + r * bpr + bb] >= 0:
+                                if bstate[base + r * bpr + bb, B_OPEN] >= 0:
                                     any_open = True
                                     break
                             cmd = PREA if any_open else REF
@@ -424,8 +434,8 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         else:
                             tb = r * bpr + ref_ptr[rf]
                             ref_block_bank = tb
-                            cmd = PRE if open_row[base + tb] >= 0 else REFPB
-                        e = row_earliest(cmd, pc, tb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
+                            cmd = PRE if bstate[base + tb, B_OPEN] >= 0 else REFPB
+                        e = row_earliest(cmd, pc, tb, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, nxt_bg,
                                           nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         if e <= t:
                             if not row_is_ref:
@@ -474,7 +484,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 want_col = n_hits > 0
                 if want_col and cb > t:
                     want_col = False
-                    v = hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
+                    v = hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
                     if v < nt:
                         nt = v
                 want_row = n_sched > n_hits and not row_is_ref
@@ -488,7 +498,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         if not bankq and k != (1 if use_w else 0):
                             continue
                         for bb in range(bpp):
-                            h = bhead[base + bb, k]
+                            h = bstate[base + bb, B_HEAD + k]
                             if h >= 0 and (idx < 0 or h < idx):
                                 idx = h
                     if idx >= 0:
@@ -498,9 +508,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         else:
                             gb = req_gb[idx]
                             is_w_req = req_write[idx] != 0
-                            if open_row[gb] == req_row[idx]:
+                            if bstate[gb, B_OPEN] == req_row[idx]:
                                 cmd = WR if is_w_req else RD
-                            elif open_row[gb] < 0:
+                            elif bstate[gb, B_OPEN] < 0:
                                 cmd = ACT
                             else:
                                 cmd = PRE
@@ -549,10 +559,10 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         bb = word * 64 + bit_index(pending)
                         pending &= pending - np.uint64(1)
                         gb = base + bb
-                        cnt = bcnt[gb, 0] + bcnt[gb, 1] if bankq else bcnt[gb, k_lo]
+                        cnt = bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] if bankq else bstate[gb, B_CNT + k_lo]
                         if cnt == 0:
                             continue
-                        orow = open_row[gb]
+                        orow = bstate[gb, B_OPEN]
                         if orow < 0 and (ab > t or not want_row or nxt_bank[gb, ACT] > t):
                             # a closed bank offers only an ACT, and none can issue before the shared bound or the
                             # bank's own
@@ -564,11 +574,11 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                     nt = v
                             continue
                         if bankq:
-                            h = hits_r[gb] + hits_w[gb]
+                            h = bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]
                         elif use_w:
-                            h = hits_w[gb]
+                            h = bstate[gb, B_HITS_W]
                         else:
-                            h = hits_r[gb]
+                            h = bstate[gb, B_HITS_R]
                         if orow >= 0 and h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
                                                                                      bb == ref_block_bank)):
                             # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
@@ -588,7 +598,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                 idx = -1
                                 kidx = INF
                                 for k in range(k_lo, k_hi):
-                                    j = bhead[gb, k]
+                                    j = bstate[gb, B_HEAD + k]
                                     while j >= 0:
                                         if req_row[j] == orow:
                                             kj = priority_key(j, t, req_src, accept, favored, agecap)
@@ -608,7 +618,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                         is_w_req = req_write[idx] != 0
                                         auto = False
                                         if policy == POL_CLOSED:
-                                            auto = (hits_w[gb] if is_w_req else hits_r[gb]) <= 1
+                                            auto = (bstate[gb, B_HITS_W] if is_w_req else bstate[gb, B_HITS_R]) <= 1
                                         cmd = (WRA if auto else WR) if is_w_req else (RDA if auto else RD)
                                         e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
                                                       nxt_rank, nxt_pc, faw, faw_pos, tfaw)
@@ -621,7 +631,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                             nt = e
                         if not want_row or cnt == h:
                             continue
-                        if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and col_count[gb] >= cap):
+                        if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and bstate[gb, B_COLS] >= cap):
                             continue  # the open row's hits go first; their column commands wake the channel
                         if orow >= 0 and nxt_bank[gb, PRE] > t:
                             if nxt_bank[gb, PRE] < nt:
@@ -631,7 +641,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         idx = -1
                         kidx = INF
                         for k in range(k_lo, k_hi):
-                            j = bhead[gb, k]
+                            j = bstate[gb, B_HEAD + k]
                             while j >= 0:
                                 if req_row[j] != orow:
                                     kj = priority_key(j, t, req_src, accept, favored, agecap)
@@ -702,11 +712,11 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 if policy == POL_TIMEOUT and best_row < 0 and not row_is_ref:
                     for bb in range(bpp):
                         gbb = base + bb
-                        if open_row[gbb] < 0 or hits_r[gbb] + hits_w[gbb] > 0:
+                        if bstate[gbb, B_OPEN] < 0 or bstate[gbb, B_HITS_R] + bstate[gbb, B_HITS_W] > 0:
                             continue
-                        e = row_earliest(PRE, pc, bb, ranks, bgs, banks, bpr, bpp, open_row, nxt_bank, nxt_bg,
+                        e = row_earliest(PRE, pc, bb, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, nxt_bg,
                                           nxt_rank, nxt_pc, faw, faw_pos, tfaw)
-                        v = last_col[gbb] + timeout
+                        v = bstate[gbb, B_LASTCOL] + timeout
                         if v > e:
                             e = v
                         if e <= t:
@@ -774,14 +784,14 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                unlink(idx, gb, 1 if col_w else 0, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+                unlink(idx, gb, 1 if col_w else 0, bstate, bnext, bprev, amask, bpp)
                 apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 last_col_t = t
                 rr_ptr[pc] = col_rr
                 if col_w:
                     end = t + cwl + burst
-                    hits_w[gb] -= 1
+                    bstate[gb, B_HITS_W] -= 1
                     hsum_w[pc] -= 1
                     if not bankq:
                         wq_unmoved[pc] -= 1
@@ -789,13 +799,13 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         done[idx] = end
                 else:
                     end = t + cl + burst
-                    hits_r[gb] -= 1
+                    bstate[gb, B_HITS_R] -= 1
                     hsum_r[pc] -= 1
                     if not bankq:
                         rq_unmoved[pc] -= 1
                     done[idx] = end
                 if bankq:
-                    win[gb] -= 1
+                    bstate[gb, B_WIN] -= 1
                 if end > last:
                     last = end
                 if klass[idx] < 0:
@@ -805,13 +815,13 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 port_q[pc, (2 if col_w else 0) + src] -= 1
                 if arb == ARB_RESERVE and src == rsrc and tokens[pc] >= TOKEN:
                     tokens[pc] -= TOKEN
-                pend[gb] -= 1
-                col_count[gb] += 1
-                last_col[gb] = t
+                bstate[gb, B_PEND] -= 1
+                bstate[gb, B_COLS] += 1
+                bstate[gb, B_LASTCOL] = t
                 if col_cmd in (RDA, WRA):
-                    open_row[gb] = -1
+                    bstate[gb, B_OPEN] = -1
                     mark_open(omask, gb, bpp, False)
-                    set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -823,11 +833,11 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     # the next column command: the data bus (tCCD) and each hit's own bank (tRCD, tCCD_L)
                     cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc) if bankq or not col_w else INF
                     cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc) if bankq or col_w else INF
-                    v = hits_bound(pc, bpp, amask, omask, hits_r, hits_w, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
+                    v = hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
                     if v < nt:
                         nt = v
-                if pend[gb] > hits_r[gb] + hits_w[gb]:
-                    v = nxt_bank[gb, PRE] if open_row[gb] >= 0 else nxt_bank[gb, ACT]
+                if bstate[gb, B_PEND] > bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]:
+                    v = nxt_bank[gb, PRE] if bstate[gb, B_OPEN] >= 0 else nxt_bank[gb, ACT]
                     if v < nt:
                         nt = v
                 # the queue served next may change (drain watermarks): look again next cycle
@@ -844,7 +854,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
                 pc_next[pc] = nt
                 # the column command may have moved the gates of a row command picked in the same cycle
-                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, open_row,
+                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, bstate,
                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
                     pc_next[row_pc] = t + 1
                     row_pc = -1
@@ -863,14 +873,14 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 if row_cmd == ACT:
                     idx = row_req
                     row = req_row[idx]
-                    open_row[gb] = row
+                    bstate[gb, B_OPEN] = row
                     mark_open(omask, gb, bpp, True)
-                    opener[gb] = req_src[idx]
-                    col_count[gb] = 0
+                    bstate[gb, B_OPENER] = req_src[idx]
+                    bstate[gb, B_COLS] = 0
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
-                    set_hits(gb, pc, count_row(gb, 0, row, bhead, bnext, req_row),
-                              count_row(gb, 1, row, bhead, bnext, req_row), hits_r, hits_w, hsum_r, hsum_w)
+                    set_hits(gb, pc, count_row(gb, 0, row, bstate, bnext, req_row),
+                              count_row(gb, 1, row, bstate, bnext, req_row), bstate, hsum_r, hsum_w)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
@@ -882,15 +892,15 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     if v < nt:
                         nt = v
                 elif row_cmd == PRE:
-                    row = open_row[gb]
-                    open_row[gb] = -1
+                    row = bstate[gb, B_OPEN]
+                    bstate[gb, B_OPEN] = -1
                     mark_open(omask, gb, bpp, False)
-                    set_hits(gb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
                         # row-buffer interference: whose row was closed, for whom
-                        qos_counts[opener[gb] * 2 + req_src[row_req]] += 1
+                        qos_counts[bstate[gb, B_OPENER] * 2 + req_src[row_req]] += 1
                     v = nxt_bank[gb, ACT]
                     if v < nt:
                         nt = v
@@ -899,18 +909,18 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 elif row_cmd == PREA:
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
-                        open_row[gbb] = -1
+                        bstate[gbb, B_OPEN] = -1
                         mark_open(omask, gbb, bpp, False)
-                        set_hits(gbb, pc, 0, 0, hits_r, hits_w, hsum_r, hsum_w)
+                        set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi
                     for bb in range(bpr):
-                        busy_until[base + r * bpr + bb] = nxt_rank[rf, ACT]
+                        bstate[base + r * bpr + bb, B_BUSY] = nxt_rank[rf, ACT]
                 else:  # REFpb
                     ref_due[rf] += trefipb
                     ref_ptr[rf] = (ref_ptr[rf] + 1) % bpr
-                    busy_until[gb] = nxt_bank[gb, ACT]
+                    bstate[gb, B_BUSY] = nxt_bank[gb, ACT]
                 if row_cmd in (REF, REFPB):
                     nt = t + 1
                 if logging:

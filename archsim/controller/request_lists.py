@@ -7,7 +7,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from archsim.controller.codes import AGE_BITS, INF, S_LOGOVF, S_NLOG
+from archsim.controller.codes import AGE_BITS, B_CNT, B_HEAD, B_HITS_R, B_OPEN, B_TAIL, B_WIN, INF, S_LOGOVF, S_NLOG
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -33,36 +33,36 @@ def remove_at(queue, qlen, pc, i):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def link(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
+def link(idx, gb, k, bstate, bnext, bprev, amask, bpp):
     """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
-    if bcnt[gb, 0] + bcnt[gb, 1] == 0:
+    if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
         bb = gb % bpp
         amask[gb // bpp, bb >> 6] |= np.uint64(1) << np.uint64(bb & 63)
-    tail = btail[gb, k]
+    tail = bstate[gb, B_TAIL + k]
     bprev[idx] = tail
     bnext[idx] = -1
     if tail >= 0:
         bnext[tail] = idx
     else:
-        bhead[gb, k] = idx
-    btail[gb, k] = idx
-    bcnt[gb, k] += 1
+        bstate[gb, B_HEAD + k] = idx
+    bstate[gb, B_TAIL + k] = idx
+    bstate[gb, B_CNT + k] += 1
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def unlink(idx, gb, k, bhead, btail, bnext, bprev, bcnt, amask, bpp):
+def unlink(idx, gb, k, bstate, bnext, bprev, amask, bpp):
     before = bprev[idx]
     after = bnext[idx]
     if before >= 0:
         bnext[before] = after
     else:
-        bhead[gb, k] = after
+        bstate[gb, B_HEAD + k] = after
     if after >= 0:
         bprev[after] = before
     else:
-        btail[gb, k] = before
-    bcnt[gb, k] -= 1
-    if bcnt[gb, 0] + bcnt[gb, 1] == 0:
+        bstate[gb, B_TAIL + k] = before
+    bstate[gb, B_CNT + k] -= 1
+    if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
         bb = gb % bpp
         amask[gb // bpp, bb >> 6] &= ~(np.uint64(1) << np.uint64(bb & 63))
 
@@ -90,10 +90,10 @@ def bit_index(typingctx, low):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def count_row(gb, k, row, bhead, bnext, req_row):
+def count_row(gb, k, row, bstate, bnext, req_row):
     """Requests of one kind queued at bank `gb` for `row`."""
     h = 0
-    j = bhead[gb, k]
+    j = bstate[gb, B_HEAD + k]
     while j >= 0:
         if req_row[j] == row:
             h += 1
@@ -114,21 +114,21 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def move_one(queue, qlen, unmoved, pc, base, bqd, t, win, open_row, hits, hsum, req_bank, req_row, ready, kind,
-              bhead, btail, bnext, bprev, bcnt, amask, bpp):
+def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, req_bank, req_row, ready, kind,
+              bnext, bprev, amask, bpp):
     """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
         if ready[idx] < INF:
             continue
         gb = base + req_bank[idx]
-        if win[gb] < bqd:
-            win[gb] += 1
+        if bstate[gb, B_WIN] < bqd:
+            bstate[gb, B_WIN] += 1
             ready[idx] = t + 1
-            link(idx, gb, kind, bhead, btail, bnext, bprev, bcnt, amask, bpp)
+            link(idx, gb, kind, bstate, bnext, bprev, amask, bpp)
             unmoved[pc] -= 1
-            if open_row[gb] == req_row[idx]:
-                hits[gb] += 1
+            if bstate[gb, B_OPEN] == req_row[idx]:
+                bstate[gb, B_HITS_R + kind] += 1
                 hsum[pc] += 1
             return True
     return False
