@@ -465,6 +465,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 ptr_rr = rr_ptr[pc]
                 ready_pre = 0
                 ready_act = 0
+                nt_closed = INF  # wake-up bounds from closed banks' ACTs
                 cb_r = INF
                 cb_w = INF
                 if bankq:
@@ -570,8 +571,8 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                 v = nxt_bank[gb, ACT]
                                 if v < ab:
                                     v = ab
-                                if v < nt:
-                                    nt = v
+                                if v < nt_closed:
+                                    nt_closed = v
                             continue
                         if bankq:
                             h = bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]
@@ -654,7 +655,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         if idx < 0:
                             continue
                         if ready[idx] > t:
-                            if ready[idx] < nt:
+                            if orow < 0:
+                                nt_closed = min(nt_closed, ready[idx])
+                            elif ready[idx] < nt:
                                 nt = ready[idx]
                             continue
                         if orow < 0:
@@ -683,8 +686,15 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                                 best_row = idx
                                 best_row_key = kidx
                                 br_cmd = cmd
+                        elif cmd == ACT:
+                            nt_closed = min(nt_closed, e)
                         elif e < nt:
                             nt = e
+                    # the closed banks' bounds matter unless this pseudo-channel issues an ACT now: then the ACT's
+                    # own wake-up (tRRD, tFAW and the closed banks' bounds) covers them, and if the ACT loses the row
+                    # bus the pseudo-channel looks again next cycle
+                    if nt_closed < nt and not (best_row >= 0 and br_cmd == ACT):
+                        nt = nt_closed
                 rr_next = ptr_rr
                 if rr and (best_col >= 0 or best_row >= 0):
                     # DRAMSim3 issues the first ready command in bank turn order, then looks on from that bank,
