@@ -144,9 +144,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
      rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
      ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
-    # `variant` is compiled in as a constant, so the common configuration's kernel carries none of the code
-    # of the features it does not use (fewer live values, fewer spills): bit 0 general, bit 1 command log
-    general = GENERAL  # a constant of each compiled variant (see `_compiled`)
+    # a constant of each compiled variant (see `_compiled`): the plain kernel carries none of the code of the
+    # features the defaults leave off (fewer live values, fewer spills)
+    general = GENERAL
     logging = prm[P_LOGCAP] > 0
     n_req = req_ts.shape[0]
     nch = prm[P_NCH]
