@@ -145,20 +145,12 @@ def hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, auto_prechar
         while live != 0:
             gb = pc * bpp + word * 64 + bit_index(live)
             live &= live - np.uint64(1)
-            if cb_r < INF and bstate[gb, B_HITS_R] > 0:
-                v = nxt_bank[gb, RD]
-                if auto_precharge and nxt_bank[gb, RDA] < v:
-                    v = nxt_bank[gb, RDA]
-                if cb_r > v:
-                    v = cb_r
-                if v < lo:
-                    lo = v
-            if cb_w < INF and bstate[gb, B_HITS_W] > 0:
-                v = nxt_bank[gb, WR]
-                if auto_precharge and nxt_bank[gb, WRA] < v:
-                    v = nxt_bank[gb, WRA]
-                if cb_w > v:
-                    v = cb_w
-                if v < lo:
-                    lo = v
+            for kind in range(2):  # reads, writes
+                cb = cb_r if kind == 0 else cb_w
+                if cb == INF or bstate[gb, B_HITS_R + kind] == 0:
+                    continue
+                v = nxt_bank[gb, RD if kind == 0 else WR]
+                if auto_precharge:
+                    v = min(v, nxt_bank[gb, RDA if kind == 0 else WRA])
+                lo = min(lo, max(v, cb))
     return lo

@@ -127,10 +127,10 @@ from archsim.controller.request_lists import (
     count_row,
     link,
     log_command,
-    mark_open,
     move_one,
     priority_key,
     remove_at,
+    set_bank_bit,
     unlink,
 )
 
@@ -542,8 +542,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     # request (ACT or PRE); across banks the oldest ready of each kind
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
-                    # while no ACT can issue, closed banks only bound the wake-up by the shared ACT bound: the scan
-                    # skips them (most banks of a tFAW-bound stream are closed, waiting for their activation)
+                    # while no ACT can issue, the scan skips the closed banks (most banks of a tFAW-bound stream are
+                    # closed, waiting for their activation); they bound the wake-up by the shared ACT bound and their
+                    # banks' and bank groups' own
                     skip_closed = ab > t or not want_row
                     if skip_closed and want_row:
                         v = max(ab, closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg))
@@ -564,15 +565,9 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         if cnt == 0:
                             continue
                         orow = bstate[gb, B_OPEN]
-                        if orow < 0 and (ab > t or not want_row or nxt_bank[gb, ACT] > t):
-                            # a closed bank offers only an ACT, and none can issue before the shared bound or the
-                            # bank's own
-                            if want_row:
-                                v = nxt_bank[gb, ACT]
-                                if v < ab:
-                                    v = ab
-                                if v < nt_closed:
-                                    nt_closed = v
+                        if orow < 0 and nxt_bank[gb, ACT] > t:
+                            # closed banks are scanned only while an ACT may issue: this one waits out its tRP / tRC
+                            nt_closed = min(nt_closed, nxt_bank[gb, ACT])
                             continue
                         if bankq:
                             h = bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]
@@ -830,7 +825,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 bstate[gb, B_LASTCOL] = t
                 if col_cmd in (RDA, WRA):
                     bstate[gb, B_OPEN] = -1
-                    mark_open(omask, gb, bpp, False)
+                    set_bank_bit(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
@@ -884,7 +879,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     idx = row_req
                     row = req_row[idx]
                     bstate[gb, B_OPEN] = row
-                    mark_open(omask, gb, bpp, True)
+                    set_bank_bit(omask, gb, bpp, True)
                     bstate[gb, B_OPENER] = req_src[idx]
                     bstate[gb, B_COLS] = 0
                     faw[rf, faw_pos[rf]] = t
@@ -904,7 +899,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 elif row_cmd == PRE:
                     row = bstate[gb, B_OPEN]
                     bstate[gb, B_OPEN] = -1
-                    mark_open(omask, gb, bpp, False)
+                    set_bank_bit(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
                     if row_req >= 0:
                         if klass[row_req] < 0:
@@ -920,7 +915,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
                         bstate[gbb, B_OPEN] = -1
-                        mark_open(omask, gbb, bpp, False)
+                        set_bank_bit(omask, gbb, bpp, False)
                         set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w)
                     nt = t + 1
                 elif row_cmd == REF:

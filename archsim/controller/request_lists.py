@@ -33,11 +33,21 @@ def remove_at(queue, qlen, pc, i):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def set_bank_bit(mask, gb, bpp, on):
+    """Set or clear bank `gb`'s bit in its pseudo-channel's row of a bank mask (queued requests, open rows)."""
+    bb = gb % bpp
+    bit = np.uint64(1) << np.uint64(bb & 63)
+    if on:
+        mask[gb // bpp, bb >> 6] |= bit
+    else:
+        mask[gb // bpp, bb >> 6] &= ~bit
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def link(idx, gb, k, bstate, bnext, bprev, amask, bpp):
     """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
-        bb = gb % bpp
-        amask[gb // bpp, bb >> 6] |= np.uint64(1) << np.uint64(bb & 63)
+        set_bank_bit(amask, gb, bpp, True)
     tail = bstate[gb, B_TAIL + k]
     bprev[idx] = tail
     bnext[idx] = -1
@@ -63,19 +73,7 @@ def unlink(idx, gb, k, bstate, bnext, bprev, amask, bpp):
         bstate[gb, B_TAIL + k] = before
     bstate[gb, B_CNT + k] -= 1
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
-        bb = gb % bpp
-        amask[gb // bpp, bb >> 6] &= ~(np.uint64(1) << np.uint64(bb & 63))
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def mark_open(omask, gb, bpp, is_open):
-    """Keep bank `gb`'s bit in its pseudo-channel's open-bank mask in step with its row buffer."""
-    bb = gb % bpp
-    bit = np.uint64(1) << np.uint64(bb & 63)
-    if is_open:
-        omask[gb // bpp, bb >> 6] |= bit
-    else:
-        omask[gb // bpp, bb >> 6] &= ~bit
+        set_bank_bit(amask, gb, bpp, False)
 
 
 @intrinsic
