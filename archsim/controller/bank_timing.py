@@ -136,6 +136,18 @@ def closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg):
+    """Lower the pseudo-channel's kept `closed_act_bound` for bank `gb`, just closed or given its first request
+    while closed. Between ACTs (which recompute it) banks join the closed set only this way and their bounds
+    only rise, so the kept value stays a valid wake-up bound without a scan of the closed banks."""
+    v = nxt_bank[gb, ACT]
+    if nxt_bg[gb // banks, ACT] > v:
+        v = nxt_bg[gb // banks, ACT]
+    if v < closed_act[pc]:
+        closed_act[pc] = v
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, auto_precharge):
     """No column command to a queued row hit can issue before this cycle: per open bank with hits, its own
     bound (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out)."""

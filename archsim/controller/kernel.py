@@ -30,6 +30,7 @@ from archsim.controller.bank_timing import (
     col_bound,
     earliest,
     hits_bound,
+    note_closed,
     row_earliest,
     set_hits,
 )
@@ -140,7 +141,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
      port_idx, port_end) = inputs
     accept, ready, done, klass, bank_conflict = outputs
     (nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask,
+     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask, closed_act,
      rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
      ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
@@ -276,6 +277,8 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 else:
                     ready[idx] = t + delay
                     link(idx, gb, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp)
+                    if orow < 0:
+                        note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -401,13 +404,15 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     if tokens[pc] >= TOKEN:
                         favored = rsrc
                 if bankq:
-                    moved = False
                     if use_w:
-                        moved = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, bstate, hsum_w,
-                                          req_bank, req_row, ready, 1, bnext, bprev, amask, bpp)
+                        moved_gb = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, bstate, hsum_w,
+                                            req_bank, req_row, ready, 1, bnext, bprev, amask, bpp)
                     else:
-                        moved = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, bstate, hsum_r,
-                                          req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
+                        moved_gb = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, bstate, hsum_r,
+                                            req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
+                    moved = moved_gb >= 0
+                    if moved and bstate[moved_gb, B_OPEN] < 0:
+                        note_closed(closed_act, pc, moved_gb, banks, nxt_bank, nxt_bg)
                     if moved and use_w and idle_drain >= 0:
                         draining[pc] -= 1
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
@@ -547,7 +552,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     # banks' and bank groups' own
                     skip_closed = ab > t or not want_row
                     if skip_closed and want_row:
-                        v = max(ab, closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg))
+                        v = max(ab, closed_act[pc])
                         if v < nt:
                             nt = v
                     word = 0
@@ -827,6 +832,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     bstate[gb, B_OPEN] = -1
                     set_bank_bit(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
+                    note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -892,8 +898,8 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
                     if v < nt:
                         nt = v
-                    v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw),
-                            closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg))
+                    closed_act[pc] = closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg)
+                    v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw), closed_act[pc])
                     if v < nt:
                         nt = v
                 elif row_cmd == PRE:
@@ -901,6 +907,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                     bstate[gb, B_OPEN] = -1
                     set_bank_bit(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
+                    note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -917,6 +924,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                         bstate[gbb, B_OPEN] = -1
                         set_bank_bit(omask, gbb, bpp, False)
                         set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w)
+                        note_closed(closed_act, pc, gbb, banks, nxt_bank, nxt_bg)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi

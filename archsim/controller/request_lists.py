@@ -114,7 +114,7 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
 @njit(cache=True, inline="always", error_model="numpy")
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, req_bank, req_row, ready, kind,
               bnext, bprev, amask, bpp):
-    """Move the oldest waiting request whose bank queue has room into it; return True if one moved."""
+    """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
     for j in range(qlen[pc]):
         idx = queue[pc, j]
         if ready[idx] < INF:
@@ -128,5 +128,5 @@ def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, req_bank, req
             if bstate[gb, B_OPEN] == req_row[idx]:
                 bstate[gb, B_HITS_R + kind] += 1
                 hsum[pc] += 1
-            return True
-    return False
+            return gb
+    return -1
