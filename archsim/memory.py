@@ -20,7 +20,7 @@ from archsim.config.memory import (
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
 from archsim.controller.kernel import run_kernel
 from archsim.dram.spec import refresh_interval_per_bank
-from archsim.dram.timing_table import compile_timing_table, sparse_timing_table
+from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import TraceError
 
 
@@ -181,7 +181,8 @@ class MemorySession:
                         *_port_order(self.requests.source))
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._variant = kernel_variant(self._prm)
-        self._sparse = sparse_timing_table(compile_timing_table(cfg.timing))
+        gap = compile_timing_table(cfg.timing)
+        self._gaps = np.where(gap >= 0, gap, K.NEG)  # NEG where no rule: the kernel raises cells branch-free
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
         self._outputs = _request_outputs(n)
@@ -247,7 +248,7 @@ class MemorySession:
         start = time.perf_counter()
         while True:
             before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
-            run_kernel(self._variant, stop, self._prm, self._sparse, self._scal, self._scratch, self._inputs,
+            run_kernel(self._variant, stop, self._prm, self._gaps, self._scal, self._scratch, self._inputs,
                        self._outputs, self._state, self._log)
             if self._scal[K.S_STALLED]:
                 raise RuntimeError(f"the memory controller stalled: {int(self._scal[K.S_QUEUED])} requests queued "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from archsim.controller.codes import ACT, B_HITS_R, B_HITS_W, B_OPEN, INF, PREA, RD, RDA, REF, WR, WRA
+from archsim.controller.codes import ACT, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR, WRA
 from archsim.controller.request_lists import bit_index
 
 
@@ -29,32 +29,26 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _raise_scope(cells, row, sparse, cmd, k, level, t):
-    """Apply the run of `cmd`'s rules at `level`, which starts at rule `k`, to `cells[row]`; return the next k."""
-    width = sparse.shape[1]
-    while k < width and sparse[cmd, k, 0] == level:
-        v = t + sparse[cmd, k, 2]
-        n = sparse[cmd, k, 1]
-        if v > cells[row, n]:
-            cells[row, n] = v
-        k += 1
-    return k
+def _raise_scope(cells, row, gaps, level, cmd, t):
+    """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change)."""
+    for n in range(NCMD):
+        cells[row, n] = max(cells[row, n], t + gaps[level, cmd, n])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def apply_command(cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
+def apply_command(cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
-    `sparse[cmd, k] = (level, next command, gap)` lists only the rules that exist, sorted by level, so a
-    command touches a handful of cells, one plain loop per scope with no per-rule dispatch.
+    `gaps[level, cmd, next]` holds every rule's gap, NEG where none exists, so each scope is one branch-free
+    pass over the command kinds (a sparse rule list with a loop exit per scope measured slower).
     """
-    k = _raise_scope(nxt_bank, gb, sparse, cmd, 0, 0, t)
-    k = _raise_scope(nxt_bg, bgf, sparse, cmd, k, 1, t)
-    k = _raise_scope(nxt_rank, rf, sparse, cmd, k, 2, t)
-    k = _raise_scope(nxt_pc, pc, sparse, cmd, k, 3, t)
+    _raise_scope(nxt_bank, gb, gaps, 0, cmd, t)
+    _raise_scope(nxt_bg, bgf, gaps, 1, cmd, t)
+    _raise_scope(nxt_rank, rf, gaps, 2, cmd, t)
+    _raise_scope(nxt_pc, pc, gaps, 3, cmd, t)
     for r in range(pc * ranks, pc * ranks + ranks):  # the other ranks of the pseudo-channel
         if r != rf:
-            _raise_scope(nxt_rank, r, sparse, cmd, k, 4, t)
+            _raise_scope(nxt_rank, r, gaps, 4, cmd, t)
 
 
 @njit(cache=True, inline="always", error_model="numpy")

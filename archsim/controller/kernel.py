@@ -136,7 +136,7 @@ from archsim.controller.request_lists import (
 )
 
 
-def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
+def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
     (req_ts, req_pc, req_bank, req_row, req_write, req_addr, req_gb, req_bgf, req_rf, req_src,
      port_idx, port_end) = inputs
     accept, ready, done, klass, bank_conflict = outputs
@@ -795,7 +795,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
                 unlink(idx, gb, 1 if col_w else 0, bstate, bnext, bprev, amask, bpp)
-                apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 last_col_t = t
                 rr_ptr[pc] = col_rr
@@ -879,7 +879,7 @@ def _kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log):
                 r = b // bpr
                 rf = pc * ranks + r
                 bgf = pc * ranks * bgs + b // banks
-                apply_command(row_cmd, t, gb, bgf, rf, pc, ranks, sparse, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
+                apply_command(row_cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 row = -1
                 if row_cmd == ACT:
                     idx = row_req
@@ -1022,8 +1022,8 @@ _kernel_plain = _compiled(False, "_kernel_plain")
 _kernel_general = _compiled(True, "_kernel_general")
 
 
-def run_kernel(variant: int, stop_ptr: int, prm: np.ndarray, sparse: np.ndarray, scal: np.ndarray,
+def run_kernel(variant: int, stop_ptr: int, prm: np.ndarray, gaps: np.ndarray, scal: np.ndarray,
                scratch: np.ndarray, inputs: tuple, outputs: tuple, state: tuple, log: tuple) -> int:
     """Advance the memory (see the module docstring) with the kernel compiled for `variant`."""
     kernel = _kernel_general if variant & VARIANT_GENERAL else _kernel_plain
-    return kernel(stop_ptr, prm, sparse, scal, scratch, inputs, outputs, state, log)
+    return kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log)

@@ -95,18 +95,5 @@ def compile_timing_table(timing: Timing) -> np.ndarray:
     return gap
 
 
-def sparse_timing_table(gap: np.ndarray) -> np.ndarray:
-    """rules[cmd, k] = (level, next, gap) for the cells of `gap` that exist, sorted by level, padded with level -1."""
-    n_levels, n_cmds, _ = gap.shape
-    rows = [[(lv, n, int(gap[lv, c, n])) for lv in range(n_levels) for n in range(n_cmds) if gap[lv, c, n] >= 0]
-            for c in range(n_cmds)]
-    width = max(1, max(len(r) for r in rows))
-    table = np.full((n_cmds, width, 3), -1, dtype=np.int64)
-    for c, r in enumerate(rows):
-        if r:
-            table[c, : len(r)] = r
-    return table
-
-
-__all__ = ["compile_timing_table", "sparse_timing_table", "RULES", "LEVEL_NAMES", "BANK", "BANKGROUP", "RANK",
+__all__ = ["compile_timing_table", "RULES", "LEVEL_NAMES", "BANK", "BANKGROUP", "RANK",
            "PSEUDO_CHANNEL", "OTHER_RANKS", "N_LEVELS"]
