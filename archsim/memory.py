@@ -182,7 +182,8 @@ class MemorySession:
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._variant = kernel_variant(self._prm)
         gap = compile_timing_table(cfg.timing)
-        self._gaps = np.where(gap >= 0, gap, K.NEG)  # NEG where no rule: the kernel raises cells branch-free
+        # NEG where no rule, so the kernel raises cells branch-free; a last column flags the scopes a command touches
+        self._gaps = np.concatenate([np.where(gap >= 0, gap, K.NEG), (gap >= 0).any(axis=2, keepdims=True)], axis=2)
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
         self._outputs = _request_outputs(n)

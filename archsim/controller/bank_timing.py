@@ -31,8 +31,12 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
 @njit(cache=True, inline="always", error_model="numpy")
 def _raise_scope(cells, row, gaps, level, cmd, t):
     """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change)."""
+    if gaps[level, cmd, NCMD] == 0:
+        return  # no rule of `cmd` at this level
+    cell = cells[row]
+    gap = gaps[level, cmd]
     for n in range(NCMD):
-        cells[row, n] = max(cells[row, n], t + gaps[level, cmd, n])
+        cell[n] = max(cell[n], t + gap[n])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -40,7 +44,8 @@ def apply_command(cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_ra
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
     `gaps[level, cmd, next]` holds every rule's gap, NEG where none exists, so each scope is one branch-free
-    pass over the command kinds (a sparse rule list with a loop exit per scope measured slower).
+    pass over the command kinds (a sparse rule list with a loop exit per scope measured slower);
+    `gaps[level, cmd, NCMD]` is 1 if any rule exists there.
     """
     _raise_scope(nxt_bank, gb, gaps, 0, cmd, t)
     _raise_scope(nxt_bg, bgf, gaps, 1, cmd, t)
