@@ -547,20 +547,13 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     # request (ACT or PRE); across banks the oldest ready of each kind
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
-                    # while no ACT can issue, the scan skips the closed banks (most banks of a tFAW-bound stream are
-                    # closed, waiting for their activation); they bound the wake-up by the shared ACT bound and their
-                    # banks' and bank groups' own
-                    skip_closed = ab > t or not want_row
-                    if skip_closed and want_row:
-                        v = max(ab, closed_act[pc])
-                        if v < nt:
-                            nt = v
+                    # the open banks first: column commands and PREs
                     word = 0
-                    pending = amask[pc, 0] & omask[pc, 0] if skip_closed else amask[pc, 0]
+                    pending = amask[pc, 0] & omask[pc, 0]
                     while True:
                         while pending == 0 and word + 1 < words:
                             word += 1
-                            pending = amask[pc, word] & omask[pc, word] if skip_closed else amask[pc, word]
+                            pending = amask[pc, word] & omask[pc, word]
                         if pending == 0:
                             break
                         bb = word * 64 + bit_index(pending)
@@ -570,17 +563,13 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         if cnt == 0:
                             continue
                         orow = bstate[gb, B_OPEN]
-                        if orow < 0 and nxt_bank[gb, ACT] > t:
-                            # closed banks are scanned only while an ACT may issue: this one waits out its tRP / tRC
-                            nt_closed = min(nt_closed, nxt_bank[gb, ACT])
-                            continue
                         if bankq:
                             h = bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]
                         elif use_w:
                             h = bstate[gb, B_HITS_W]
                         else:
                             h = bstate[gb, B_HITS_R]
-                        if orow >= 0 and h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
+                        if h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
                                                                                      bb == ref_block_bank)):
                             # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
                             # the walk
@@ -632,9 +621,9 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                             nt = e
                         if not want_row or cnt == h:
                             continue
-                        if orow >= 0 and h > 0 and not (policy == POL_OPEN_CAP and bstate[gb, B_COLS] >= cap):
+                        if h > 0 and not (policy == POL_OPEN_CAP and bstate[gb, B_COLS] >= cap):
                             continue  # the open row's hits go first; their column commands wake the channel
-                        if orow >= 0 and nxt_bank[gb, PRE] > t:
+                        if nxt_bank[gb, PRE] > t:
                             if nxt_bank[gb, PRE] < nt:
                                 nt = nxt_bank[gb, PRE]  # the bank's own tRAS / tRTP / tWR bound
                             continue
@@ -655,29 +644,16 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         if idx < 0:
                             continue
                         if ready[idx] > t:
-                            if orow < 0:
-                                nt_closed = min(nt_closed, ready[idx])
-                            elif ready[idx] < nt:
+                            if ready[idx] < nt:
                                 nt = ready[idx]
                             continue
-                        if orow < 0:
-                            if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
-                                continue  # refresh holds this rank or bank; refresh progress wakes the channel
-                            cmd = ACT  # closed banks were skipped above while ab > t
-                        else:
-                            cmd = PRE
-                        e = earliest(cmd, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                        e = earliest(PRE, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                                       faw, faw_pos, tfaw)
                         if e <= t:
-                            if cmd == ACT:
-                                ready_act += 1
-                            else:
-                                ready_pre += 1
+                            ready_pre += 1
                             if rr:
                                 kidx = (bb + bpp - ptr_rr - 1) % bpp
-                                if cmd == ACT:
-                                    act_key = min(act_key, kidx)
-                                elif kidx < pre_key:
+                                if kidx < pre_key:
                                     pre_key2 = pre_key
                                     pre_key = kidx
                                 elif kidx < pre_key2:
@@ -685,11 +661,58 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                             if kidx < best_row_key:
                                 best_row = idx
                                 best_row_key = kidx
-                                br_cmd = cmd
-                        elif cmd == ACT:
-                            nt_closed = min(nt_closed, e)
+                                br_cmd = PRE
                         elif e < nt:
                             nt = e
+                    # then the closed banks (most banks of a tFAW-bound stream, waiting for their activation), only
+                    # while an ACT may issue; otherwise they bound the wake-up by the shared ACT bound and their banks'
+                    # and bank groups' own. A closed bank has no row hits: its oldest request wants an ACT.
+                    if want_row and ab > t:
+                        v = max(ab, closed_act[pc])
+                        if v < nt:
+                            nt = v
+                    elif want_row:
+                        for word in range(words):
+                            closed = amask[pc, word] & ~omask[pc, word]
+                            while closed != 0:
+                                bb = word * 64 + bit_index(closed)
+                                closed &= closed - np.uint64(1)
+                                gb = base + bb
+                                idx = -1
+                                kidx = INF
+                                for k in range(k_lo, k_hi):
+                                    j = bstate[gb, B_HEAD + k]
+                                    while j >= 0:
+                                        kj = priority_key(j, t, req_src, accept, favored, agecap)
+                                        if kj < kidx:
+                                            kidx = kj
+                                            idx = j
+                                        if not ordered:
+                                            break
+                                        j = bnext[j]
+                                if idx < 0:
+                                    continue
+                                if nxt_bank[gb, ACT] > t:
+                                    nt_closed = min(nt_closed, nxt_bank[gb, ACT])  # the bank's tRP / tRC
+                                    continue
+                                if ready[idx] > t:
+                                    nt_closed = min(nt_closed, ready[idx])
+                                    continue
+                                if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
+                                    continue  # refresh holds this rank or bank; refresh progress wakes the channel
+                                e = earliest(ACT, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
+                                              nxt_pc, faw, faw_pos, tfaw)
+                                if e > t:
+                                    nt_closed = min(nt_closed, e)
+                                    continue
+                                ready_act += 1
+                                if rr:
+                                    kidx = (bb + bpp - ptr_rr - 1) % bpp
+                                    act_key = min(act_key, kidx)
+                                if kidx < best_row_key:
+                                    best_row = idx
+                                    best_row_key = kidx
+                                    br_cmd = ACT
                     # the closed banks' bounds matter unless this pseudo-channel issues an ACT now: then the ACT's
                     # own wake-up (tRRD, tFAW and the closed banks' bounds) covers them, and if the ACT loses the row
                     # bus the pseudo-channel looks again next cycle
