@@ -1,0 +1,69 @@
+"""Instructions the compiled kernel executes per request, counted by valgrind (callgrind): a speed figure that,
+unlike wall time on a shared machine, is the same on every run, so two versions compare to the percent.
+
+    python scripts/count_kernel_instructions.py [--stream random|sequential] [--requests 200000] [--preset HBM2]
+
+Counts every instruction inside numba's compiled-function calls (numba's `call_cfunc`) of one replay of
+`--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times. The kernel is compiled first
+outside valgrind for a fixed CPU name and feature set in its own numba cache directory, so that the run under
+valgrind (which reports a different CPU) loads it instead of compiling it again. Needs `valgrind` on PATH;
+a run takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import llvmlite.binding as llvm
+
+CHILD = """
+import sys
+import numpy as np
+from archsim.config.memory import memory_config_from_preset
+from archsim.memory import Requests, replay, warm_up
+stream, n, preset = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+cfg = memory_config_from_preset(preset)
+org = cfg.organization
+access = org.access_bytes
+rng = np.random.default_rng(1)
+if stream == "random":
+    address = (rng.integers(0, org.capacity_bytes // access, n) * access).astype(np.uint64)
+else:
+    address = np.arange(n, dtype=np.uint64) * access
+warm_up()
+replay(cfg, Requests.build(np.zeros(n, np.int64), address, np.zeros(n)))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stream", choices=("random", "sequential"), default="random")
+    parser.add_argument("--requests", type=int, default=200_000)
+    parser.add_argument("--preset", default="HBM2")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("count_kernel_instructions.py: valgrind is not on PATH", file=sys.stderr)
+        sys.exit(2)
+    env = dict(os.environ, NUMBA_CPU_NAME=llvm.get_host_cpu_name(),
+               NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten(), PYTHONHASHSEED="0",
+               NUMBA_CACHE_DIR=os.path.join(tempfile.gettempdir(), "archsim_numba_fixed_cpu"))
+    child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset]
+    subprocess.run([*child[:3], args.stream, "1000", args.preset], env=env, check=True)  # compile outside valgrind
+    with tempfile.TemporaryDirectory() as work:
+        out = os.path.join(work, "callgrind.out")
+        subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=call_cfunc*", f"--callgrind-out-file={out}",
+                        *child], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(out) as fh:
+            total = int(re.search(r"^summary: (\d+)", fh.read(), re.MULTILINE).group(1))
+    print(f"{args.preset} {args.stream}: {total / args.requests:,.0f} kernel instructions per request "
+          f"({args.requests:,} requests)")
+
+
+if __name__ == "__main__":
+    main()
