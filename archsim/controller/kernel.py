@@ -570,7 +570,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         else:
                             h = bstate[gb, B_HITS_R]
                         if h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
-                                                                                     bb == ref_block_bank)):
+                                                                       bb == ref_block_bank)):
                             # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
                             # the walk
                             if bankq:
