@@ -182,8 +182,11 @@ class MemorySession:
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._variant = kernel_variant(self._prm)
         gap = compile_timing_table(cfg.timing)
-        # NEG where no rule, so the kernel raises cells branch-free; a last column flags the scopes a command touches
-        self._gaps = np.concatenate([np.where(gap >= 0, gap, K.NEG), (gap >= 0).any(axis=2, keepdims=True)], axis=2)
+        # NEG where no rule, so the kernel raises cells branch-free; three more columns say which groups of next
+        # commands (row: ACT..PREA, column: RD..WRA, refresh: REF, REFPB) have a rule
+        groups = [(gap[:, :, first:end] >= 0).any(axis=2, keepdims=True)
+                  for first, end in ((K.ACT, K.RD), (K.RD, K.REF), (K.REF, K.NCMD))]
+        self._gaps = np.concatenate([np.where(gap >= 0, gap, K.NEG), *groups], axis=2).astype(np.int64)
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
         self._outputs = _request_outputs(n)

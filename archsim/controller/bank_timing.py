@@ -29,23 +29,32 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _raise_span(cell, gap, first, end, t):
+    for n in range(first, end):
+        cell[n] = max(cell[n], t + gap[n])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _raise_scope(cells, row, gaps, level, cmd, t):
-    """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change)."""
-    if gaps[level, cmd, NCMD] == 0:
-        return  # no rule of `cmd` at this level
+    """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change), skipping the
+    groups of next commands (row, column, refresh) that have no rule: `gaps[level, cmd, NCMD + group]` is 0."""
     cell = cells[row]
     gap = gaps[level, cmd]
-    for n in range(NCMD):
-        cell[n] = max(cell[n], t + gap[n])
+    if gap[NCMD] != 0:
+        _raise_span(cell, gap, ACT, RD, t)
+    if gap[NCMD + 1] != 0:
+        _raise_span(cell, gap, RD, REF, t)
+    if gap[NCMD + 2] != 0:
+        _raise_span(cell, gap, REF, NCMD, t)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
 def apply_command(cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
-    `gaps[level, cmd, next]` holds every rule's gap, NEG where none exists, so each scope is one branch-free
-    pass over the command kinds (a sparse rule list with a loop exit per scope measured slower);
-    `gaps[level, cmd, NCMD]` is 1 if any rule exists there.
+    `gaps[level, cmd, next]` holds every rule's gap, NEG where none exists, so each scope is a few branch-free
+    passes (a sparse rule list with a loop exit per scope, or one pass over the span of next commands with a
+    rule, measured slower).
     """
     _raise_scope(nxt_bank, gb, gaps, 0, cmd, t)
     _raise_scope(nxt_bg, bgf, gaps, 1, cmd, t)
