@@ -4,10 +4,11 @@ unlike wall time on a shared machine, is the same on every run, so two versions 
     python scripts/count_kernel_instructions.py [--stream random|sequential] [--requests 200000] [--preset HBM2]
 
 Counts every instruction inside numba's compiled-function calls (numba's `call_cfunc`) of one replay of
-`--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times. The kernel is compiled first
-outside valgrind for a fixed CPU name and feature set in its own numba cache directory, so that the run under
-valgrind (which reports a different CPU) loads it instead of compiling it again. Needs `valgrind` on PATH;
-a run takes a minute or two.
+`--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times. The kernel is compiled first,
+outside valgrind, for a fixed CPU name and feature set into a fresh numba cache directory, so that the run
+under valgrind (which reports a different CPU) loads it instead of compiling it again. A fresh directory each
+time, because numba keys its cache to `kernel.py` alone and would load a stale kernel after an edit to a helper
+it inlines. Needs `valgrind` on PATH; a run takes two to three minutes.
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         print("count_kernel_instructions.py: valgrind is not on PATH", file=sys.stderr)
         sys.exit(2)
-    env = dict(os.environ, NUMBA_CPU_NAME=llvm.get_host_cpu_name(),
-               NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten(), PYTHONHASHSEED="0",
-               NUMBA_CACHE_DIR=os.path.join(tempfile.gettempdir(), "archsim_numba_fixed_cpu"))
-    child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset]
-    subprocess.run([*child[:3], args.stream, "1000", args.preset], env=env, check=True)  # compile outside valgrind
     with tempfile.TemporaryDirectory() as work:
+        env = dict(os.environ, NUMBA_CPU_NAME=llvm.get_host_cpu_name(),
+                   NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten(), PYTHONHASHSEED="0",
+                   NUMBA_CACHE_DIR=os.path.join(work, "numba"))
+        child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset]
+        subprocess.run([*child[:3], args.stream, "1000", args.preset], env=env, check=True)  # compile outside valgrind
         out = os.path.join(work, "callgrind.out")
         subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=call_cfunc*", f"--callgrind-out-file={out}",
                         *child], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
