@@ -37,7 +37,8 @@ def _raise_span(cell, gap, first, end, t):
 @njit(cache=True, inline="always", error_model="numpy")
 def _raise_scope(cells, row, gaps, level, cmd, t):
     """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change), skipping the
-    groups of next commands (row, column, refresh) that have no rule: `gaps[level, cmd, NCMD + group]` is 0."""
+    groups of next commands (row, column, refresh) that have no rule: `gaps[level, cmd, NCMD + group]` is 0.
+    The groups are runs of command codes (`codes.py`: ACT..PREA, RD..WRA, REF..REFPB)."""
     cell = cells[row]
     gap = gaps[level, cmd]
     if gap[NCMD] != 0:
