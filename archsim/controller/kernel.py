@@ -126,6 +126,7 @@ from archsim.controller.codes import (
 from archsim.controller.request_lists import (
     bit_index,
     count_row,
+    first_other_row,
     link,
     log_command,
     move_one,
@@ -583,8 +584,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                 if cbank < nt:
                                     nt = cbank
                             else:
-                                # this walk and the one below (first request missing the open row) stay written out:
-                                # one shared inlined helper made random replay about 15 % slower
+                                # the row-hit walk stays written out: one inlined helper shared with the first-miss
+                                # walk (`first_other_row`) made random replay about 15 % slower
                                 idx = -1
                                 kidx = INF
                                 for k in range(k_lo, k_hi):
@@ -627,20 +628,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                             if nxt_bank[gb, PRE] < nt:
                                 nt = nxt_bank[gb, PRE]  # the bank's own tRAS / tRTP / tWR bound
                             continue
-                        # the first (oldest, or highest-priority) request of this bank not hitting the open row
-                        idx = -1
-                        kidx = INF
-                        for k in range(k_lo, k_hi):
-                            j = bstate[gb, B_HEAD + k]
-                            while j >= 0:
-                                if req_row[j] != orow:
-                                    kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                    if kj < kidx:
-                                        kidx = kj
-                                        idx = j
-                                    if not ordered:
-                                        break
-                                j = bnext[j]
+                        idx, kidx = first_other_row(gb, k_lo, k_hi, orow, t, bstate, bnext, req_row, req_src, accept,
+                                                    favored, agecap, ordered)
                         if idx < 0:
                             continue
                         if ready[idx] > t:
@@ -678,18 +667,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                 bb = word * 64 + bit_index(closed)
                                 closed &= closed - np.uint64(1)
                                 gb = base + bb
-                                idx = -1
-                                kidx = INF
-                                for k in range(k_lo, k_hi):
-                                    j = bstate[gb, B_HEAD + k]
-                                    while j >= 0:
-                                        kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                        if kj < kidx:
-                                            kidx = kj
-                                            idx = j
-                                        if not ordered:
-                                            break
-                                        j = bnext[j]
+                                idx, kidx = first_other_row(gb, k_lo, k_hi, -1, t, bstate, bnext, req_row, req_src,
+                                                            accept, favored, agecap, ordered)
                                 if idx < 0:
                                     continue
                                 if nxt_bank[gb, ACT] > t:

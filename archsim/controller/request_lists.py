@@ -112,6 +112,26 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def first_other_row(gb, k_lo, k_hi, row, t, bstate, bnext, req_row, req_src, accept, favored, agecap, ordered):
+    """The first (oldest, or with `ordered` the highest-priority) request of bank `gb`'s lists of kinds
+    `k_lo`..`k_hi` - 1 that is not for `row` (-1: any request), and its priority key; (-1, INF) if none."""
+    idx = -1
+    key = INF
+    for k in range(k_lo, k_hi):
+        j = bstate[gb, B_HEAD + k]
+        while j >= 0:
+            if req_row[j] != row:
+                kj = priority_key(j, t, req_src, accept, favored, agecap)
+                if kj < key:
+                    key = kj
+                    idx = j
+                if not ordered:
+                    break
+            j = bnext[j]
+    return idx, key
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, req_bank, req_row, ready, kind,
               bnext, bprev, amask, bpp):
     """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
