@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from archsim.controller.codes import ACT, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR, WRA
-from archsim.controller.request_lists import bit_index
+from archsim.controller.codes import ACT, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
+from archsim.controller.request_lists import bit_index, set_hit_bit
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -119,11 +119,14 @@ def act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w):
+def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
+    """Set bank `gb`'s queued row hits (reads `hr`, writes `hw`), its pseudo-channel's sums and hit-mask bits."""
     hsum_r[pc] += hr - bstate[gb, B_HITS_R]
     hsum_w[pc] += hw - bstate[gb, B_HITS_W]
     bstate[gb, B_HITS_R] = hr
     bstate[gb, B_HITS_W] = hw
+    set_hit_bit(hmask, pc, 0, gb - pc * bpp, hr > 0)
+    set_hit_bit(hmask, pc, 1, gb - pc * bpp, hw > 0)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -157,21 +160,22 @@ def note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, auto_precharge):
-    """No column command to a queued row hit can issue before this cycle: per open bank with hits, its own
-    bound (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out)."""
+def hits_bound(pc, bpp, hmask, nxt_bank, cb_r, cb_w, auto_precharge):
+    """No column command to a queued row hit can issue before this cycle: per bank with hits, its own bound
+    (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out)."""
     lo = INF
-    for word in range(amask.shape[1]):
-        live = amask[pc, word] & omask[pc, word]
-        while live != 0:
-            gb = pc * bpp + word * 64 + bit_index(live)
-            live &= live - np.uint64(1)
-            for kind in range(2):  # reads, writes
-                cb = cb_r if kind == 0 else cb_w
-                if cb == INF or bstate[gb, B_HITS_R + kind] == 0:
-                    continue
-                v = nxt_bank[gb, RD if kind == 0 else WR]
+    for kind in range(2):  # reads, writes
+        cb = cb_r if kind == 0 else cb_w
+        if cb == INF:
+            continue
+        cmd = RD if kind == 0 else WR
+        for word in range(hmask.shape[2]):
+            live = hmask[pc, kind, word]
+            while live != 0:
+                gb = pc * bpp + word * 64 + bit_index(live)
+                live &= live - np.uint64(1)
+                v = nxt_bank[gb, cmd]
                 if auto_precharge:
-                    v = min(v, nxt_bank[gb, RDA if kind == 0 else WRA])
+                    v = min(v, nxt_bank[gb, cmd + RDA - RD])
                 lo = min(lo, max(v, cb))
     return lo

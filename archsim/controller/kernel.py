@@ -124,6 +124,7 @@ from archsim.controller.codes import (
     WRA,
 )
 from archsim.controller.request_lists import (
+    add_hit,
     bit_index,
     count_row,
     first_other_row,
@@ -142,7 +143,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
      port_idx, port_end) = inputs
     accept, ready, done, klass, bank_conflict = outputs
     (nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask, closed_act,
+     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask, hmask, closed_act,
      rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
      ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
@@ -287,8 +288,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     wq_len[pc] += 1
                     wq_unmoved[pc] += 1
                     if orow == row and not bankq:
-                        bstate[gb, B_HITS_W] += 1
-                        hsum_w[pc] += 1
+                        add_hit(gb, pc, 1, 1, bstate, hsum_w, hmask, bpp)
                     if posted:
                         done[idx] = t
                 else:
@@ -297,8 +297,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     rq_len[pc] += 1
                     rq_unmoved[pc] += 1
                     if orow == row and not bankq:
-                        bstate[gb, B_HITS_R] += 1
-                        hsum_r[pc] += 1
+                        add_hit(gb, pc, 0, 1, bstate, hsum_r, hmask, bpp)
                 bstate[gb, B_PEND] += 1
                 if queued == 0:
                     last_col_t = t  # the watchdog counts from the first request of a busy spell
@@ -343,9 +342,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
         # variable, so the compiler does not step a pointer into every per-channel array for each channel skipped
         n_due = 0
         for ch in range(nch):
-            if chan_next[ch] <= t:
-                due[n_due] = ch
-                n_due += 1
+            due[n_due] = ch  # kept only if due: a select, not a branch the predictor keeps missing
+            n_due += chan_next[ch] <= t
         for k_due in range(n_due):
             ch = due[k_due]
             n_visits += 1
@@ -406,10 +404,10 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         favored = rsrc
                 if bankq:
                     if use_w:
-                        moved_gb = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, bstate, hsum_w,
+                        moved_gb = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, bstate, hsum_w, hmask,
                                             req_bank, req_row, ready, 1, bnext, bprev, amask, bpp)
                     else:
-                        moved_gb = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, bstate, hsum_r,
+                        moved_gb = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, bstate, hsum_r, hmask,
                                             req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
                     moved = moved_gb >= 0
                     if moved and bstate[moved_gb, B_OPEN] < 0:
@@ -491,7 +489,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 want_col = n_hits > 0
                 if want_col and cb > t:
                     want_col = False
-                    v = hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
+                    v = hits_bound(pc, bpp, hmask, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
                     if v < nt:
                         nt = v
                 want_row = n_sched > n_hits and not row_is_ref
@@ -548,44 +546,31 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     # request (ACT or PRE); across banks the oldest ready of each kind
                     k_lo = 0 if bankq else (1 if use_w else 0)
                     k_hi = 2 if bankq else k_lo + 1
-                    # the open banks first: column commands and PREs
-                    word = 0
-                    pending = amask[pc, 0] & omask[pc, 0]
-                    while True:
-                        while pending == 0 and word + 1 < words:
-                            word += 1
-                            pending = amask[pc, word] & omask[pc, word]
-                        if pending == 0:
-                            break
-                        bb = word * 64 + bit_index(pending)
-                        pending &= pending - np.uint64(1)
-                        gb = base + bb
-                        cnt = bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] if bankq else bstate[gb, B_CNT + k_lo]
-                        if cnt == 0:
-                            continue
-                        orow = bstate[gb, B_OPEN]
-                        if bankq:
-                            h = bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]
-                        elif use_w:
-                            h = bstate[gb, B_HITS_W]
-                        else:
-                            h = bstate[gb, B_HITS_R]
-                        if h > 0 and want_col and not (hold_cols and (bb // bpr == ref_block_rank or
-                                                                       bb == ref_block_bank)):
-                            # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
-                            # the walk
-                            if bankq:
-                                cbank = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
-                            else:
-                                cbank = nxt_bank[gb, WR] if use_w else nxt_bank[gb, RD]
-                            if policy == POL_CLOSED:
-                                cbank = min(cbank, nxt_bank[gb, RDA], nxt_bank[gb, WRA])
-                            if cbank > t:
-                                if cbank < nt:
-                                    nt = cbank
-                            else:
+                    # the open banks first: column commands to the banks with row hits, then PREs
+                    if want_col:
+                        for word in range(words):
+                            live = hmask[pc, k_lo, word] | hmask[pc, k_hi - 1, word]
+                            while live != 0:
+                                bb = word * 64 + bit_index(live)
+                                live &= live - np.uint64(1)
+                                if hold_cols and (bb // bpr == ref_block_rank or bb == ref_block_bank):
+                                    continue
+                                gb = base + bb
+                                # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
+                                # the walk
+                                if bankq:
+                                    cbank = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
+                                else:
+                                    cbank = nxt_bank[gb, WR] if use_w else nxt_bank[gb, RD]
+                                if policy == POL_CLOSED:
+                                    cbank = min(cbank, nxt_bank[gb, RDA], nxt_bank[gb, WRA])
+                                if cbank > t:
+                                    if cbank < nt:
+                                        nt = cbank
+                                    continue
                                 # the row-hit walk stays written out: one inlined helper shared with the first-miss
                                 # walk (`first_other_row`) made random replay about 15 % slower
+                                orow = bstate[gb, B_OPEN]
                                 idx = -1
                                 kidx = INF
                                 for k in range(k_lo, k_hi):
@@ -620,39 +605,49 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                             bc_w = is_w_req
                                         elif e < nt:
                                             nt = e
-                        if not want_row or cnt == h:
-                            continue
-                        if h > 0 and not (policy == POL_OPEN_CAP and bstate[gb, B_COLS] >= cap):
-                            continue  # the open row's hits go first; their column commands wake the channel
-                        if nxt_bank[gb, PRE] > t:
-                            if nxt_bank[gb, PRE] < nt:
-                                nt = nxt_bank[gb, PRE]  # the bank's own tRAS / tRTP / tWR bound
-                            continue
-                        idx, kidx = first_other_row(gb, k_lo, k_hi, orow, t, bstate, bnext, req_row, req_src, accept,
-                                                    favored, agecap, ordered)
-                        if idx < 0:
-                            continue
-                        if ready[idx] > t:
-                            if ready[idx] < nt:
-                                nt = ready[idx]
-                            continue
-                        e = earliest(PRE, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
-                                      faw, faw_pos, tfaw)
-                        if e <= t:
-                            ready_pre += 1
-                            if rr:
-                                kidx = (bb + bpp - ptr_rr - 1) % bpp
-                                if kidx < pre_key:
-                                    pre_key2 = pre_key
-                                    pre_key = kidx
-                                elif kidx < pre_key2:
-                                    pre_key2 = kidx
-                            if kidx < best_row_key:
-                                best_row = idx
-                                best_row_key = kidx
-                                br_cmd = PRE
-                        elif e < nt:
-                            nt = e
+                    # PREs: an open bank with requests for other rows, once its hits are served (or, open with a cap,
+                    # once the cap is reached)
+                    for word in range(words if want_row else 0):
+                        pending = amask[pc, word] & omask[pc, word]
+                        if policy != POL_OPEN_CAP:
+                            pending &= ~(hmask[pc, k_lo, word] | hmask[pc, k_hi - 1, word])
+                        while pending != 0:
+                            bb = word * 64 + bit_index(pending)
+                            pending &= pending - np.uint64(1)
+                            gb = base + bb
+                            cnt = bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] if bankq else bstate[gb, B_CNT + k_lo]
+                            h = bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W] if bankq else bstate[gb, B_HITS_R + k_lo]
+                            if cnt == h or (h > 0 and bstate[gb, B_COLS] < cap):
+                                continue  # the open row's hits go first; their column commands wake the channel
+                            if nxt_bank[gb, PRE] > t:
+                                if nxt_bank[gb, PRE] < nt:
+                                    nt = nxt_bank[gb, PRE]  # the bank's own tRAS / tRTP / tWR bound
+                                continue
+                            idx, kidx = first_other_row(gb, k_lo, k_hi, bstate[gb, B_OPEN], t, bstate, bnext, req_row,
+                                                        req_src, accept, favored, agecap, ordered)
+                            if idx < 0:
+                                continue
+                            if ready[idx] > t:
+                                if ready[idx] < nt:
+                                    nt = ready[idx]
+                                continue
+                            e = earliest(PRE, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                                          faw, faw_pos, tfaw)
+                            if e <= t:
+                                ready_pre += 1
+                                if rr:
+                                    kidx = (bb + bpp - ptr_rr - 1) % bpp
+                                    if kidx < pre_key:
+                                        pre_key2 = pre_key
+                                        pre_key = kidx
+                                    elif kidx < pre_key2:
+                                        pre_key2 = kidx
+                                if kidx < best_row_key:
+                                    best_row = idx
+                                    best_row_key = kidx
+                                    br_cmd = PRE
+                            elif e < nt:
+                                nt = e
                     # then the closed banks (most banks of a tFAW-bound stream, waiting for their activation), only
                     # while an ACT may issue; otherwise they bound the wake-up by the shared ACT bound and their banks'
                     # and bank groups' own. A closed bank has no row hits: its oldest request wants an ACT.
@@ -671,19 +666,17 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                                             accept, favored, agecap, ordered)
                                 if idx < 0:
                                     continue
-                                if nxt_bank[gb, ACT] > t:
-                                    nt_closed = min(nt_closed, nxt_bank[gb, ACT])  # the bank's tRP / tRC
-                                    continue
-                                if ready[idx] > t:
-                                    nt_closed = min(nt_closed, ready[idx])
-                                    continue
-                                if req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
+                                # selects, not branches: whether a closed bank may activate is a coin toss to the
+                                # branch predictor. With one rank the bounds every bank shares (`ab`) are met here.
+                                if ranks > 1:
+                                    e = earliest(ACT, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg,
+                                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                                else:
+                                    e = max(nxt_bank[gb, ACT], nxt_bg[req_bgf[idx], ACT])
+                                e = max(e, ready[idx])
+                                nt_closed = min(nt_closed, e if e > t else INF)
+                                if e > t or req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
                                     continue  # refresh holds this rank or bank; refresh progress wakes the channel
-                                e = earliest(ACT, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank,
-                                              nxt_pc, faw, faw_pos, tfaw)
-                                if e > t:
-                                    nt_closed = min(nt_closed, e)
-                                    continue
                                 ready_act += 1
                                 if rr:
                                     kidx = (bb + bpp - ptr_rr - 1) % bpp
@@ -803,16 +796,14 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 rr_ptr[pc] = col_rr
                 if col_w:
                     end = t + cwl + burst
-                    bstate[gb, B_HITS_W] -= 1
-                    hsum_w[pc] -= 1
+                    add_hit(gb, pc, 1, -1, bstate, hsum_w, hmask, bpp)
                     if not bankq:
                         wq_unmoved[pc] -= 1
                     if not posted:
                         done[idx] = end
                 else:
                     end = t + cl + burst
-                    bstate[gb, B_HITS_R] -= 1
-                    hsum_r[pc] -= 1
+                    add_hit(gb, pc, 0, -1, bstate, hsum_r, hmask, bpp)
                     if not bankq:
                         rq_unmoved[pc] -= 1
                     done[idx] = end
@@ -833,7 +824,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 if col_cmd in (RDA, WRA):
                     bstate[gb, B_OPEN] = -1
                     set_bank_bit(omask, gb, bpp, False)
-                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
+                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
                     note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
@@ -846,7 +837,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     # the next column command: the data bus (tCCD) and each hit's own bank (tRCD, tCCD_L)
                     cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc) if bankq or not col_w else INF
                     cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc) if bankq or col_w else INF
-                    v = hits_bound(pc, bpp, amask, omask, bstate, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
+                    v = hits_bound(pc, bpp, hmask, nxt_bank, cb_r, cb_w, policy == POL_CLOSED)
                     if v < nt:
                         nt = v
                 if bstate[gb, B_PEND] > bstate[gb, B_HITS_R] + bstate[gb, B_HITS_W]:
@@ -893,7 +884,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % 4
                     set_hits(gb, pc, count_row(gb, 0, row, bstate, bnext, req_row),
-                              count_row(gb, 1, row, bstate, bnext, req_row), bstate, hsum_r, hsum_w)
+                              count_row(gb, 1, row, bstate, bnext, req_row), bstate, hsum_r, hsum_w, hmask, bpp)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
@@ -908,7 +899,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     row = bstate[gb, B_OPEN]
                     bstate[gb, B_OPEN] = -1
                     set_bank_bit(omask, gb, bpp, False)
-                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w)
+                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
                     note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
                     if row_req >= 0:
                         if klass[row_req] < 0:
@@ -925,7 +916,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         gbb = base + r * bpr + bb
                         bstate[gbb, B_OPEN] = -1
                         set_bank_bit(omask, gbb, bpp, False)
-                        set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w)
+                        set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
                         note_closed(closed_act, pc, gbb, banks, nxt_bank, nxt_bg)
                     nt = t + 1
                 elif row_cmd == REF:

@@ -1,4 +1,4 @@
-"""Per-bank request lists, the active-bank mask, the command log and priority keys (numba)."""
+"""Per-bank request lists and their row-hit counts, the bank masks, the command log and priority keys (numba)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,25 @@ def set_bank_bit(mask, gb, bpp, on):
         mask[gb // bpp, bb >> 6] |= bit
     else:
         mask[gb // bpp, bb >> 6] &= ~bit
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def set_hit_bit(hmask, pc, kind, bb, on):
+    """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in the mask of banks with row hits of `kind`
+    queued (0 reads, 1 writes)."""
+    bit = np.uint64(1) << np.uint64(bb & 63)
+    if on:
+        hmask[pc, kind, bb >> 6] |= bit
+    else:
+        hmask[pc, kind, bb >> 6] &= ~bit
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def add_hit(gb, pc, kind, delta, bstate, hsum, hmask, bpp):
+    """Count one queued row hit of `kind` more (`delta` 1) or less (-1) at bank `gb` of pseudo-channel `pc`."""
+    bstate[gb, B_HITS_R + kind] += delta
+    hsum[pc] += delta
+    set_hit_bit(hmask, pc, kind, gb - pc * bpp, bstate[gb, B_HITS_R + kind] > 0)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -132,7 +151,7 @@ def first_other_row(gb, k_lo, k_hi, row, t, bstate, bnext, req_row, req_src, acc
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, req_bank, req_row, ready, kind,
+def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, hmask, req_bank, req_row, ready, kind,
               bnext, bprev, amask, bpp):
     """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
     for j in range(qlen[pc]):
@@ -146,7 +165,6 @@ def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, req_bank, req
             link(idx, gb, kind, bstate, bnext, bprev, amask, bpp)
             unmoved[pc] -= 1
             if bstate[gb, B_OPEN] == req_row[idx]:
-                bstate[gb, B_HITS_R + kind] += 1
-                hsum[pc] += 1
+                add_hit(gb, pc, kind, 1, bstate, hsum, hmask, bpp)
             return gb
     return -1
