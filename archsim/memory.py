@@ -349,12 +349,12 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     words = (org.banks_per_pseudo_channel + 63) // 64
     banks = (bank_state, per(n_pc), per(n_pc), per(n, -1), per(n, -1), np.zeros((n_pc, words), dtype=np.uint64),
              np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, 2, words), dtype=np.uint64),
-             per(n_pc, int(K.INF)))
+             per(n_pc, int(K.INF)), np.full((n_pc, 2), K.INF, dtype=np.int64))
     # banks: the bank table, queued row hits per pseudo-channel (reads, writes), the links of the per-bank
     # request lists (next, previous per request), then per pseudo-channel bit masks of the banks with requests
     # queued, of the banks with a row open and of the banks with row hits queued (reads, writes), and the
-    # earliest ACT of a closed bank with requests by its bank's and bank group's own timing
-    # (`bank_timing.note_closed`)
+    # earliest ACT of a closed bank with requests by its bank's and bank group's own timing and the oldest
+    # requests at the heads of the closed banks' lists (`bank_timing.recompute_closed`)
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from archsim.controller.codes import ACT, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
+from archsim.controller.codes import ACT, B_HEAD, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
 from archsim.controller.request_lists import bit_index, set_hit_bit
 
 
@@ -130,33 +130,39 @@ def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg):
-    """No ACT to a closed bank with requests queued can issue before this cycle by its bank's and bank group's
-    own timing (tRP, tRC, tRRD_L); `act_bound` gives the bounds they share."""
+def recompute_closed(closed_act, closed_head, pc, bpp, banks, amask, omask, bstate, nxt_bank, nxt_bg):
+    """Over the closed banks with requests queued: the earliest ACT by their banks' and bank groups' own timing
+    (tRP, tRC, tRRD_L; `act_bound` gives the bounds they share) into `closed_act[pc]`, and the oldest request at
+    the head of their read (write) lists into `closed_head[pc, 0 (1)]` (INF: none)."""
     lo = INF
+    head_r = INF
+    head_w = INF
     for word in range(amask.shape[1]):
         closed = amask[pc, word] & ~omask[pc, word]
         while closed != 0:
             gb = pc * bpp + word * 64 + bit_index(closed)
             closed &= closed - np.uint64(1)
-            v = nxt_bank[gb, ACT]
-            if nxt_bg[gb // banks, ACT] > v:
-                v = nxt_bg[gb // banks, ACT]
-            if v < lo:
-                lo = v
-    return lo
+            lo = min(lo, max(nxt_bank[gb, ACT], nxt_bg[gb // banks, ACT]))
+            h = bstate[gb, B_HEAD]
+            head_r = min(head_r, h if h >= 0 else INF)
+            h = bstate[gb, B_HEAD + 1]
+            head_w = min(head_w, h if h >= 0 else INF)
+    closed_act[pc] = lo
+    closed_head[pc, 0] = head_r
+    closed_head[pc, 1] = head_w
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg):
-    """Lower the pseudo-channel's kept `closed_act_bound` for bank `gb`, just closed or given its first request
-    while closed. Between ACTs (which recompute it) banks join the closed set only this way and their bounds
-    only rise, so the kept value stays a valid wake-up bound without a scan of the closed banks."""
-    v = nxt_bank[gb, ACT]
-    if nxt_bg[gb // banks, ACT] > v:
-        v = nxt_bg[gb // banks, ACT]
-    if v < closed_act[pc]:
-        closed_act[pc] = v
+def note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg):
+    """Take bank `gb`, just closed or given a request while closed, into its pseudo-channel's kept
+    `recompute_closed` figures. Between ACTs (which recompute them) banks join the closed set only this way,
+    their bounds only rise and their list heads stay (a closed bank's requests leave only after an ACT), so the
+    kept bound stays a valid wake-up bound and the kept heads exact, without a scan of the closed banks."""
+    closed_act[pc] = min(closed_act[pc], max(nxt_bank[gb, ACT], nxt_bg[gb // banks, ACT]))
+    for k in range(2):
+        h = bstate[gb, B_HEAD + k]
+        if h >= 0 and h < closed_head[pc, k]:
+            closed_head[pc, k] = h
 
 
 @njit(cache=True, inline="always", error_model="numpy")

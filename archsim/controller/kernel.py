@@ -26,11 +26,11 @@ from numba import njit
 from archsim.controller.bank_timing import (
     act_bound,
     apply_command,
-    closed_act_bound,
     col_bound,
     earliest,
     hits_bound,
     note_closed,
+    recompute_closed,
     row_earliest,
     set_hits,
 )
@@ -143,7 +143,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
      port_idx, port_end) = inputs
     accept, ready, done, klass, bank_conflict = outputs
     (nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask, hmask, closed_act,
+     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask, hmask, closed_act, closed_head,
      rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
      ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
@@ -280,7 +280,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     ready[idx] = t + delay
                     link(idx, gb, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp)
                     if orow < 0:
-                        note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
+                        note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -411,7 +411,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                             req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
                     moved = moved_gb >= 0
                     if moved and bstate[moved_gb, B_OPEN] < 0:
-                        note_closed(closed_act, pc, moved_gb, banks, nxt_bank, nxt_bg)
+                        note_closed(closed_act, closed_head, pc, moved_gb, banks, bstate, nxt_bank, nxt_bg)
                     if moved and use_w and idle_drain >= 0:
                         draining[pc] -= 1
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
@@ -656,7 +656,25 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         if v < nt:
                             nt = v
                     elif want_row:
-                        for word in range(words):
+                        # by age alone, the oldest request at a closed bank wins if it may activate: no scan
+                        idx = min(closed_head[pc, k_lo], closed_head[pc, k_hi - 1])
+                        oldest_may_act = False
+                        if not ordered and not rr and idx < INF:
+                            gb = req_gb[idx]
+                            e = earliest(ACT, gb, req_bgf[idx], req_rf[idx], pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+                                         faw, faw_pos, tfaw)
+                            oldest_may_act = max(e, ready[idx]) <= t and not (
+                                req_rf[idx] - pc * ranks == ref_block_rank or gb - base == ref_block_bank)
+                        if oldest_may_act:
+                            # any other ready ACT is younger: it changes neither the choice nor the wake-up (two
+                            # ready row commands wake the pseudo-channel next cycle, one ready ACT is enough to know)
+                            ready_act = 1
+                            kidx = priority_key(idx, t, req_src, accept, favored, agecap)
+                            if kidx < best_row_key:
+                                best_row = idx
+                                best_row_key = kidx
+                                br_cmd = ACT
+                        for word in range(0 if oldest_may_act else words):
                             closed = amask[pc, word] & ~omask[pc, word]
                             while closed != 0:
                                 bb = word * 64 + bit_index(closed)
@@ -825,7 +843,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     bstate[gb, B_OPEN] = -1
                     set_bank_bit(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                    note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
+                    note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -891,7 +909,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
                     if v < nt:
                         nt = v
-                    closed_act[pc] = closed_act_bound(pc, bpp, banks, amask, omask, nxt_bank, nxt_bg)
+                    recompute_closed(closed_act, closed_head, pc, bpp, banks, amask, omask, bstate, nxt_bank, nxt_bg)
                     v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw), closed_act[pc])
                     if v < nt:
                         nt = v
@@ -900,7 +918,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     bstate[gb, B_OPEN] = -1
                     set_bank_bit(omask, gb, bpp, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                    note_closed(closed_act, pc, gb, banks, nxt_bank, nxt_bg)
+                    note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -917,7 +935,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         bstate[gbb, B_OPEN] = -1
                         set_bank_bit(omask, gbb, bpp, False)
                         set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                        note_closed(closed_act, pc, gbb, banks, nxt_bank, nxt_bg)
+                        note_closed(closed_act, closed_head, pc, gbb, banks, bstate, nxt_bank, nxt_bg)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi
