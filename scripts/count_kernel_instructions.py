@@ -2,13 +2,16 @@
 unlike wall time on a shared machine, is the same on every run, so two versions compare to the percent.
 
     python scripts/count_kernel_instructions.py [--stream random|sequential] [--requests 200000] [--preset HBM2]
+                                                [--branches]
 
 Counts every instruction inside numba's compiled-function calls (numba's `call_cfunc`) of one replay of
 `--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times. The kernel is compiled first,
 outside valgrind, for a fixed CPU name and feature set into a fresh numba cache directory, so that the run
 under valgrind (which reports a different CPU) loads it instead of compiling it again. A fresh directory each
 time, because numba keys its cache to `kernel.py` alone and would load a stale kernel after an edit to a helper
-it inlines. Needs `valgrind` on PATH; a run takes two to three minutes.
+it inlines. `--branches` also counts conditional branches and the mispredictions of valgrind's model predictor
+(a simple one, so read it as a relative figure: time here follows it more closely than the instruction count
+once the count stops falling). Needs `valgrind` on PATH; a run takes two to three minutes.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ def main() -> None:
     parser.add_argument("--stream", choices=("random", "sequential"), default="random")
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--preset", default="HBM2")
+    parser.add_argument("--branches", action="store_true", help="also simulate the branch predictor")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("count_kernel_instructions.py: valgrind is not on PATH", file=sys.stderr)
@@ -58,12 +62,19 @@ def main() -> None:
         child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset]
         subprocess.run([*child[:3], args.stream, "1000", args.preset], env=env, check=True)  # compile outside valgrind
         out = os.path.join(work, "callgrind.out")
-        subprocess.run(["valgrind", "--tool=callgrind", "--toggle-collect=call_cfunc*", f"--callgrind-out-file={out}",
-                        *child], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        branch_sim = ["--branch-sim=yes"] if args.branches else []
+        subprocess.run(["valgrind", "--tool=callgrind", *branch_sim, "--toggle-collect=call_cfunc*",
+                        f"--callgrind-out-file={out}", *child],
+                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(out) as fh:
-            total = int(re.search(r"^summary: (\d+)", fh.read(), re.MULTILINE).group(1))
-    print(f"{args.preset} {args.stream}: {total / args.requests:,.0f} kernel instructions per request "
-          f"({args.requests:,} requests)")
+            # events: Ir, then with --branches Bc Bcm Bi Bim (conditional and indirect branches, mispredicted)
+            counts = [int(v) for v in re.search(r"^summary: (.+)$", fh.read(), re.MULTILINE).group(1).split()]
+    per_request = [v / args.requests for v in counts]
+    line = f"{args.preset} {args.stream}: {per_request[0]:,.0f} kernel instructions per request"
+    if args.branches:
+        line += (f", {per_request[1]:,.0f} conditional branches, {per_request[2]:.1f} mispredicted "
+                 f"(+{per_request[4]:.1f} indirect)")
+    print(f"{line} ({args.requests:,} requests)")
 
 
 if __name__ == "__main__":
