@@ -127,7 +127,7 @@ from archsim.controller.request_lists import (
     add_hit,
     bit_index,
     count_row,
-    first_other_row,
+    first_request,
     link,
     log_command,
     move_one,
@@ -568,22 +568,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                     if cbank < nt:
                                         nt = cbank
                                     continue
-                                # the row-hit walk stays written out: one inlined helper shared with the first-miss
-                                # walk (`first_other_row`) made random replay about 15 % slower
-                                orow = bstate[gb, B_OPEN]
-                                idx = -1
-                                kidx = INF
-                                for k in range(k_lo, k_hi):
-                                    j = bstate[gb, B_HEAD + k]
-                                    while j >= 0:
-                                        if req_row[j] == orow:
-                                            kj = priority_key(j, t, req_src, accept, favored, agecap)
-                                            if kj < kidx:
-                                                kidx = kj
-                                                idx = j
-                                            if not ordered:
-                                                break
-                                        j = bnext[j]
+                                idx, kidx = first_request(gb, k_lo, k_hi, bstate[gb, B_OPEN], True, t, bstate, bnext,
+                                                          req_row, req_src, accept, favored, agecap, ordered)
                                 if rr:
                                     kidx = (bb + bpp - ptr_rr - 1) % bpp  # across banks: turn order, not age
                                 if idx >= 0 and kidx < best_col_key:
@@ -623,8 +609,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                 if nxt_bank[gb, PRE] < nt:
                                     nt = nxt_bank[gb, PRE]  # the bank's own tRAS / tRTP / tWR bound
                                 continue
-                            idx, kidx = first_other_row(gb, k_lo, k_hi, bstate[gb, B_OPEN], t, bstate, bnext, req_row,
-                                                        req_src, accept, favored, agecap, ordered)
+                            idx, kidx = first_request(gb, k_lo, k_hi, bstate[gb, B_OPEN], False, t, bstate, bnext,
+                                                      req_row, req_src, accept, favored, agecap, ordered)
                             if idx < 0:
                                 continue
                             if ready[idx] > t:
@@ -680,8 +666,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                 bb = word * 64 + bit_index(closed)
                                 closed &= closed - np.uint64(1)
                                 gb = base + bb
-                                idx, kidx = first_other_row(gb, k_lo, k_hi, -1, t, bstate, bnext, req_row, req_src,
-                                                            accept, favored, agecap, ordered)
+                                idx, kidx = first_request(gb, k_lo, k_hi, -1, False, t, bstate, bnext, req_row, req_src,
+                                                          accept, favored, agecap, ordered)
                                 if idx < 0:
                                     continue
                                 # selects, not branches: whether a closed bank may activate is a coin toss to the

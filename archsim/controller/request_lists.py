@@ -131,15 +131,16 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def first_other_row(gb, k_lo, k_hi, row, t, bstate, bnext, req_row, req_src, accept, favored, agecap, ordered):
+def first_request(gb, k_lo, k_hi, row, for_row, t, bstate, bnext, req_row, req_src, accept, favored, agecap, ordered):
     """The first (oldest, or with `ordered` the highest-priority) request of bank `gb`'s lists of kinds
-    `k_lo`..`k_hi` - 1 that is not for `row` (-1: any request), and its priority key; (-1, INF) if none."""
+    `k_lo`..`k_hi` - 1 that is for `row` (`for_row`: a row hit) or is not (row -1: any request), and its priority
+    key; (-1, INF) if none."""
     idx = -1
     key = INF
     for k in range(k_lo, k_hi):
         j = bstate[gb, B_HEAD + k]
         while j >= 0:
-            if req_row[j] != row:
+            if (req_row[j] == row) == for_row:
                 kj = priority_key(j, t, req_src, accept, favored, agecap)
                 if kj < key:
                     key = kj
