@@ -346,6 +346,7 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     bank_state[:, K.B_OPEN] = -1
     bank_state[:, K.B_HEAD:K.B_HEAD + 2] = -1
     bank_state[:, K.B_TAIL:K.B_TAIL + 2] = -1
+    bank_state[:, K.B_BGF] = np.arange(n_bank) // org.banks_per_group
     words = (org.banks_per_pseudo_channel + 63) // 64
     banks = (bank_state, per(n_pc), per(n_pc), per(n, -1), per(n, -1), np.zeros((n_pc, words), dtype=np.uint64),
              np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, 2, words), dtype=np.uint64),

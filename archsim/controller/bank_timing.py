@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from archsim.controller.codes import ACT, B_HEAD, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
-from archsim.controller.request_lists import bit_index, set_hit_bit
+from archsim.controller.codes import ACT, B_BGF, B_HEAD, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
+from archsim.controller.request_lists import bit_index, quotient, set_hit_bit
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -67,10 +67,10 @@ def apply_command(cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_ra
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
+def row_earliest(cmd, pc, bank, ranks, bpr, sh_bpr, bpp, bstate, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                   faw, faw_pos, tfaw):
-    """Earliest issue of a row command; PREA looks at every open bank of the rank."""
-    r = bank // bpr
+    """Earliest issue of a row command; PREA looks at every open bank of the rank. `sh_bpr`: `pow2_shift(bpr)`."""
+    r = quotient(bank, bpr, sh_bpr)
     rf = pc * ranks + r
     if cmd in (PREA, REF):
         e = nxt_rank[rf, cmd]
@@ -80,13 +80,13 @@ def row_earliest(cmd, pc, bank, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, n
             for bb in range(bpr):
                 b = r * bpr + bb
                 if bstate[pc * bpp + b, B_OPEN] >= 0:
-                    v = earliest(PREA, pc * bpp + b, pc * ranks * bgs + b // banks, rf, pc, nxt_bank, nxt_bg,
+                    v = earliest(PREA, pc * bpp + b, bstate[pc * bpp + b, B_BGF], rf, pc, nxt_bank, nxt_bg,
                                   nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                     if v > e:
                         e = v
         return e
-    return earliest(cmd, pc * bpp + bank, pc * ranks * bgs + bank // banks, rf, pc, nxt_bank, nxt_bg, nxt_rank,
-                     nxt_pc, faw, faw_pos, tfaw)
+    gb = pc * bpp + bank
+    return earliest(cmd, gb, bstate[gb, B_BGF], rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -130,7 +130,7 @@ def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def recompute_closed(closed_act, closed_head, pc, bpp, banks, amask, omask, bstate, nxt_bank, nxt_bg):
+def recompute_closed(closed_act, closed_head, pc, bpp, amask, omask, bstate, nxt_bank, nxt_bg):
     """Over the closed banks with requests queued: the earliest ACT by their banks' and bank groups' own timing
     (tRP, tRC, tRRD_L; `act_bound` gives the bounds they share) into `closed_act[pc]`, and the oldest request at
     the head of their read (write) lists into `closed_head[pc, 0 (1)]` (INF: none)."""
@@ -142,7 +142,7 @@ def recompute_closed(closed_act, closed_head, pc, bpp, banks, amask, omask, bsta
         while closed != 0:
             gb = pc * bpp + word * 64 + bit_index(closed)
             closed &= closed - np.uint64(1)
-            lo = min(lo, max(nxt_bank[gb, ACT], nxt_bg[gb // banks, ACT]))
+            lo = min(lo, max(nxt_bank[gb, ACT], nxt_bg[bstate[gb, B_BGF], ACT]))
             h = bstate[gb, B_HEAD]
             head_r = min(head_r, h if h >= 0 else INF)
             h = bstate[gb, B_HEAD + 1]
@@ -153,12 +153,12 @@ def recompute_closed(closed_act, closed_head, pc, bpp, banks, amask, omask, bsta
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg):
+def note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg):
     """Take bank `gb`, just closed or given a request while closed, into its pseudo-channel's kept
     `recompute_closed` figures. Between ACTs (which recompute them) banks join the closed set only this way,
     their bounds only rise and their list heads stay (a closed bank's requests leave only after an ACT), so the
     kept bound stays a valid wake-up bound and the kept heads exact, without a scan of the closed banks."""
-    closed_act[pc] = min(closed_act[pc], max(nxt_bank[gb, ACT], nxt_bg[gb // banks, ACT]))
+    closed_act[pc] = min(closed_act[pc], max(nxt_bank[gb, ACT], nxt_bg[bstate[gb, B_BGF], ACT]))
     for k in range(2):
         h = bstate[gb, B_HEAD + k]
         if h >= 0 and h < closed_head[pc, k]:

@@ -42,7 +42,8 @@ VARIANT_GENERAL = 1
 # columns of the per-bank state table, `bstate[global bank, column]`: open row (-1 closed), column commands to
 # it, cycle of the last one, queued row hits by kind, requests pending, busy (refresh) until, bank-queue
 # occupancy, the port that opened the row, then per kind (read, write) the head, tail and length of the
-# bank's request list
+# bank's request list; last a constant, the bank's global bank-group index (a look-up, not a division)
 B_OPEN, B_COLS, B_LASTCOL, B_HITS_R, B_HITS_W, B_PEND, B_BUSY, B_WIN, B_OPENER = range(9)
 B_HEAD, B_TAIL, B_CNT = 9, 11, 13
+B_BGF = 15
 BANK_COLUMNS = 16

@@ -41,6 +41,7 @@ from archsim.controller.codes import (
     ARB_RESERVE,
     ARB_SHARED,
     ARB_WRR,
+    B_BGF,
     B_BUSY,
     B_CNT,
     B_COLS,
@@ -131,7 +132,9 @@ from archsim.controller.request_lists import (
     link,
     log_command,
     move_one,
+    pow2_shift,
     priority_key,
+    quotient,
     remove_at,
     set_bank_bit,
     unlink,
@@ -159,6 +162,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
     banks = prm[P_BANKS]
     bpr = bgs * banks
     bpp = ranks * bpr
+    sh_pcs = pow2_shift(pcs)  # divisions by these are shifts (see `quotient`)
+    sh_bpr = pow2_shift(bpr)
     rqd = prm[P_RQ]
     wqd = prm[P_WQ]
     fcfs = general and prm[P_SCHED] == SCHED_FCFS
@@ -278,9 +283,9 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     ready[idx] = INF
                 else:
                     ready[idx] = t + delay
-                    link(idx, gb, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp)
+                    link(idx, gb, pc, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp)
                     if orow < 0:
-                        note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg)
+                        note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg)
                 port_q[pc, (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
@@ -323,7 +328,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         lb = nxt_bank[gb, PRE]
                     if lb > wake:
                         wake = lb
-                ch = pc // pcs
+                ch = quotient(pc, pcs, sh_pcs)
                 if chan_next[ch] > wake:
                     chan_next[ch] = wake
                 if pc_next[pc] > wake:
@@ -334,7 +339,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
             for pc in range(nch * pcs):
                 if wq_len[pc] > 0:
                     pc_next[pc] = t
-                    chan_next[pc // pcs] = t
+                    chan_next[quotient(pc, pcs, sh_pcs)] = t
         # ---- channels due at t
         n_loops += 1
         freed = False
@@ -411,7 +416,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                             req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
                     moved = moved_gb >= 0
                     if moved and bstate[moved_gb, B_OPEN] < 0:
-                        note_closed(closed_act, closed_head, pc, moved_gb, banks, bstate, nxt_bank, nxt_bg)
+                        note_closed(closed_act, closed_head, pc, moved_gb, bstate, nxt_bank, nxt_bg)
                     if moved and use_w and idle_drain >= 0:
                         draining[pc] -= 1
                     if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
@@ -439,7 +444,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                             tb = r * bpr + ref_ptr[rf]
                             ref_block_bank = tb
                             cmd = PRE if bstate[base + tb, B_OPEN] >= 0 else REFPB
-                        e = row_earliest(cmd, pc, tb, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, nxt_bg,
+                        e = row_earliest(cmd, pc, tb, ranks, bpr, sh_bpr, bpp, bstate, nxt_bank, nxt_bg,
                                           nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         if e <= t:
                             if not row_is_ref:
@@ -553,7 +558,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                             while live != 0:
                                 bb = word * 64 + bit_index(live)
                                 live &= live - np.uint64(1)
-                                if hold_cols and (bb // bpr == ref_block_rank or bb == ref_block_bank):
+                                if hold_cols and (quotient(bb, bpr, sh_bpr) == ref_block_rank or bb == ref_block_bank):
                                     continue
                                 gb = base + bb
                                 # the bank's own bound on its column commands: a bank waiting out tRCD or tCCD skips
@@ -723,7 +728,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         gbb = base + bb
                         if bstate[gbb, B_OPEN] < 0 or bstate[gbb, B_HITS_R] + bstate[gbb, B_HITS_W] > 0:
                             continue
-                        e = row_earliest(PRE, pc, bb, ranks, bgs, banks, bpr, bpp, bstate, nxt_bank, nxt_bg,
+                        e = row_earliest(PRE, pc, bb, ranks, bpr, sh_bpr, bpp, bstate, nxt_bank, nxt_bg,
                                           nxt_rank, nxt_pc, faw, faw_pos, tfaw)
                         v = bstate[gbb, B_LASTCOL] + timeout
                         if v > e:
@@ -793,7 +798,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                unlink(idx, gb, 1 if col_w else 0, bstate, bnext, bprev, amask, bpp)
+                unlink(idx, gb, pc, 1 if col_w else 0, bstate, bnext, bprev, amask, bpp)
                 apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 last_col_t = t
@@ -827,9 +832,9 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 bstate[gb, B_LASTCOL] = t
                 if col_cmd in (RDA, WRA):
                     bstate[gb, B_OPEN] = -1
-                    set_bank_bit(omask, gb, bpp, False)
+                    set_bank_bit(omask, pc, b, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                    note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg)
+                    note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -862,7 +867,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
                 pc_next[pc] = nt
                 # the column command may have moved the gates of a row command picked in the same cycle
-                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bgs, banks, bpr, bpp, bstate,
+                if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bpr, sh_bpr, bpp, bstate,
                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
                     pc_next[row_pc] = t + 1
                     row_pc = -1
@@ -873,16 +878,16 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 base = pc * bpp
                 b = row_bank
                 gb = base + b
-                r = b // bpr
+                r = quotient(b, bpr, sh_bpr)
                 rf = pc * ranks + r
-                bgf = pc * ranks * bgs + b // banks
+                bgf = bstate[gb, B_BGF]
                 apply_command(row_cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 row = -1
                 if row_cmd == ACT:
                     idx = row_req
                     row = req_row[idx]
                     bstate[gb, B_OPEN] = row
-                    set_bank_bit(omask, gb, bpp, True)
+                    set_bank_bit(omask, pc, b, True)
                     bstate[gb, B_OPENER] = req_src[idx]
                     bstate[gb, B_COLS] = 0
                     faw[rf, faw_pos[rf]] = t
@@ -895,16 +900,16 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
                     if v < nt:
                         nt = v
-                    recompute_closed(closed_act, closed_head, pc, bpp, banks, amask, omask, bstate, nxt_bank, nxt_bg)
+                    recompute_closed(closed_act, closed_head, pc, bpp, amask, omask, bstate, nxt_bank, nxt_bg)
                     v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw), closed_act[pc])
                     if v < nt:
                         nt = v
                 elif row_cmd == PRE:
                     row = bstate[gb, B_OPEN]
                     bstate[gb, B_OPEN] = -1
-                    set_bank_bit(omask, gb, bpp, False)
+                    set_bank_bit(omask, pc, b, False)
                     set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                    note_closed(closed_act, closed_head, pc, gb, banks, bstate, nxt_bank, nxt_bg)
+                    note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -919,9 +924,9 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
                         bstate[gbb, B_OPEN] = -1
-                        set_bank_bit(omask, gbb, bpp, False)
+                        set_bank_bit(omask, pc, r * bpr + bb, False)
                         set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                        note_closed(closed_act, closed_head, pc, gbb, banks, bstate, nxt_bank, nxt_bg)
+                        note_closed(closed_act, closed_head, pc, gbb, bstate, nxt_bank, nxt_bg)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi

@@ -33,14 +33,13 @@ def remove_at(queue, qlen, pc, i):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def set_bank_bit(mask, gb, bpp, on):
-    """Set or clear bank `gb`'s bit in its pseudo-channel's row of a bank mask (queued requests, open rows)."""
-    bb = gb % bpp
+def set_bank_bit(mask, pc, bb, on):
+    """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in a bank mask (queued requests, open rows)."""
     bit = np.uint64(1) << np.uint64(bb & 63)
     if on:
-        mask[gb // bpp, bb >> 6] |= bit
+        mask[pc, bb >> 6] |= bit
     else:
-        mask[gb // bpp, bb >> 6] &= ~bit
+        mask[pc, bb >> 6] &= ~bit
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -63,10 +62,10 @@ def add_hit(gb, pc, kind, delta, bstate, hsum, hmask, bpp):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def link(idx, gb, k, bstate, bnext, bprev, amask, bpp):
-    """Append request `idx` to bank `gb`'s age-ordered list of kind `k` (0 read, 1 write)."""
+def link(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
+    """Append request `idx` to bank `gb` (of pseudo-channel `pc`)'s age-ordered list of kind `k` (0 read, 1 write)."""
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
-        set_bank_bit(amask, gb, bpp, True)
+        set_bank_bit(amask, pc, gb - pc * bpp, True)
     tail = bstate[gb, B_TAIL + k]
     bprev[idx] = tail
     bnext[idx] = -1
@@ -79,7 +78,7 @@ def link(idx, gb, k, bstate, bnext, bprev, amask, bpp):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def unlink(idx, gb, k, bstate, bnext, bprev, amask, bpp):
+def unlink(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
     before = bprev[idx]
     after = bnext[idx]
     if before >= 0:
@@ -92,7 +91,7 @@ def unlink(idx, gb, k, bstate, bnext, bprev, amask, bpp):
         bstate[gb, B_TAIL + k] = before
     bstate[gb, B_CNT + k] -= 1
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
-        set_bank_bit(amask, gb, bpp, False)
+        set_bank_bit(amask, pc, gb - pc * bpp, False)
 
 
 @intrinsic
@@ -104,6 +103,19 @@ def bit_index(typingctx, low):
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return sig, codegen
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def pow2_shift(divisor):
+    """log2 of a power of two, else -1 (for `quotient`)."""
+    return bit_index(np.uint64(divisor)) if divisor & (divisor - 1) == 0 else -1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def quotient(x, divisor, shift):
+    """`x // divisor` for x >= 0: a shift when the divisor is a power of two (`shift` from `pow2_shift`), the
+    division otherwise. A 64-bit division takes tens of cycles; the branch is the same on every call."""
+    return x >> shift if shift >= 0 else x // divisor
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -163,7 +175,7 @@ def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, hmask, req_ba
         if bstate[gb, B_WIN] < bqd:
             bstate[gb, B_WIN] += 1
             ready[idx] = t + 1
-            link(idx, gb, kind, bstate, bnext, bprev, amask, bpp)
+            link(idx, gb, pc, kind, bstate, bnext, bprev, amask, bpp)
             unmoved[pc] -= 1
             if bstate[gb, B_OPEN] == req_row[idx]:
                 add_hit(gb, pc, kind, 1, bstate, hsum, hmask, bpp)
