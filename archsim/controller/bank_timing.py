@@ -6,7 +6,7 @@ import numpy as np
 from numba import njit
 
 from archsim.controller.codes import ACT, B_BGF, B_HEAD, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
-from archsim.controller.request_lists import bit_index, quotient, set_hit_bit
+from archsim.controller.request_lists import bit_index, quotient, set_bank_bit
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -78,10 +78,10 @@ def row_earliest(cmd, pc, bank, ranks, bpr, sh_bpr, bpp, bstate, nxt_bank, nxt_b
             e = nxt_pc[pc, cmd]
         if cmd == PREA:
             for bb in range(bpr):
-                b = r * bpr + bb
-                if bstate[pc * bpp + b, B_OPEN] >= 0:
-                    v = earliest(PREA, pc * bpp + b, bstate[pc * bpp + b, B_BGF], rf, pc, nxt_bank, nxt_bg,
-                                  nxt_rank, nxt_pc, faw, faw_pos, tfaw)
+                gb = pc * bpp + r * bpr + bb
+                if bstate[gb, B_OPEN] >= 0:
+                    v = earliest(PREA, gb, bstate[gb, B_BGF], rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
+                                  tfaw)
                     if v > e:
                         e = v
         return e
@@ -125,8 +125,8 @@ def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
     hsum_w[pc] += hw - bstate[gb, B_HITS_W]
     bstate[gb, B_HITS_R] = hr
     bstate[gb, B_HITS_W] = hw
-    set_hit_bit(hmask, pc, 0, gb - pc * bpp, hr > 0)
-    set_hit_bit(hmask, pc, 1, gb - pc * bpp, hw > 0)
+    set_bank_bit(hmask[pc], 0, gb - pc * bpp, hr > 0)
+    set_bank_bit(hmask[pc], 1, gb - pc * bpp, hw > 0)
 
 
 @njit(cache=True, inline="always", error_model="numpy")

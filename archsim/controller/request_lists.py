@@ -34,7 +34,8 @@ def remove_at(queue, qlen, pc, i):
 
 @njit(cache=True, inline="always", error_model="numpy")
 def set_bank_bit(mask, pc, bb, on):
-    """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in a bank mask (queued requests, open rows)."""
+    """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in a bank mask (queued requests, open rows;
+    the row hits of one kind are `hmask[pc]` with the kind in place of `pc`)."""
     bit = np.uint64(1) << np.uint64(bb & 63)
     if on:
         mask[pc, bb >> 6] |= bit
@@ -43,22 +44,11 @@ def set_bank_bit(mask, pc, bb, on):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def set_hit_bit(hmask, pc, kind, bb, on):
-    """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in the mask of banks with row hits of `kind`
-    queued (0 reads, 1 writes)."""
-    bit = np.uint64(1) << np.uint64(bb & 63)
-    if on:
-        hmask[pc, kind, bb >> 6] |= bit
-    else:
-        hmask[pc, kind, bb >> 6] &= ~bit
-
-
-@njit(cache=True, inline="always", error_model="numpy")
 def add_hit(gb, pc, kind, delta, bstate, hsum, hmask, bpp):
     """Count one queued row hit of `kind` more (`delta` 1) or less (-1) at bank `gb` of pseudo-channel `pc`."""
     bstate[gb, B_HITS_R + kind] += delta
     hsum[pc] += delta
-    set_hit_bit(hmask, pc, kind, gb - pc * bpp, bstate[gb, B_HITS_R + kind] > 0)
+    set_bank_bit(hmask[pc], kind, gb - pc * bpp, bstate[gb, B_HITS_R + kind] > 0)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
