@@ -18,7 +18,7 @@ from archsim.config.memory import (
     MemoryConfig,
 )
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
-from archsim.controller.kernel import run_kernel
+from archsim.controller.kernel import SPECIALIZED_SHAPES, KernelVariant, run_kernel
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import TraceError
@@ -120,11 +120,22 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     return prm
 
 
-def kernel_variant(prm: np.ndarray) -> int:
-    """Which compiled kernel runs these parameters: the plain one unless a feature beyond the defaults is on."""
+def kernel_variant(prm: np.ndarray) -> KernelVariant:
+    """Which compiled kernel runs these parameters: the general one if a feature beyond the defaults (FR-FCFS, the
+    shared port arbiter without age cap, no bank queues, watermark write drains, no refresh hold) is on, else the
+    plain one, compiled for the organization's shape when it is one of `SPECIALIZED_SHAPES`."""
     plain = (prm[K.P_BQD] == 0 and prm[K.P_SCHED] == K.SCHED_FRFCFS and prm[K.P_ARB] == K.ARB_SHARED
              and prm[K.P_AGECAP] == 0 and prm[K.P_TICK] == 0 and prm[K.P_IDLE] < 0 and prm[K.P_REFHOLD] == 0)
-    return 0 if plain else K.VARIANT_GENERAL
+    if not plain:
+        return KernelVariant(general=True)
+    banks_per_pc = int(prm[K.P_RANKS] * prm[K.P_BGS] * prm[K.P_BANKS])
+    shape = (int(prm[K.P_PCS]), int(prm[K.P_RANKS]), mask_words(banks_per_pc))
+    return KernelVariant(False, *shape) if shape in SPECIALIZED_SHAPES else KernelVariant(general=False)
+
+
+def mask_words(banks_per_pseudo_channel: int) -> int:
+    """64-bit words of a per-pseudo-channel bank mask."""
+    return (banks_per_pseudo_channel + 63) // 64
 
 
 def _initial_refresh_due(cfg: MemoryConfig) -> np.ndarray:
@@ -347,7 +358,7 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     bank_state[:, K.B_HEAD:K.B_HEAD + 2] = -1
     bank_state[:, K.B_TAIL:K.B_TAIL + 2] = -1
     bank_state[:, K.B_BGF] = np.arange(n_bank) // org.banks_per_group
-    words = (org.banks_per_pseudo_channel + 63) // 64
+    words = mask_words(org.banks_per_pseudo_channel)
     banks = (bank_state, per(n_pc), per(n_pc), per(n, -1), per(n, -1), np.zeros((n_pc, words), dtype=np.uint64),
              np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, 2, words), dtype=np.uint64),
              per(n_pc, int(K.INF)), np.full((n_pc, 2), K.INF, dtype=np.int64))

@@ -6,6 +6,7 @@ This is the proof that the wake-up bounds never skip a cycle at which a command 
 import numpy as np
 import pytest
 
+from archsim.controller.kernel import KernelVariant
 from archsim.memory import Requests, kernel_params, kernel_variant, replay
 from tests.conftest import PRESETS, config
 
@@ -79,28 +80,43 @@ def test_more_than_64_banks_per_pseudo_channel():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_the_plain_kernel_equals_the_general_one_on_the_defaults(preset, monkeypatch):
-    """The defaults run a kernel with the other features compiled out; the general kernel must agree with it."""
-    from archsim.controller import kernel
+def test_the_plain_kernels_equal_the_general_one_on_the_defaults(preset, monkeypatch):
+    """The defaults run a kernel with the other features compiled out and, for the shipped standards, the
+    organization's shape frozen; the plain kernel that reads the shape and the general kernel must agree with it."""
+    from archsim import memory
 
     cfg = config(preset)
     requests = _mixed_stream(cfg)
-    assert kernel_variant(kernel_params(cfg, 0)) == 0
-    plain = replay(cfg, requests, command_log=True)
-    monkeypatch.setattr(kernel, "_kernel_plain", kernel._kernel_general)
-    general = replay(cfg, requests, command_log=True)
-    assert np.array_equal(plain.done_cycle, general.done_cycle)
-    for field in ("cycle", "command", "bank", "row"):
-        assert np.array_equal(getattr(plain.command_log, field), getattr(general.command_log, field)), field
+    org = cfg.organization
+    shape = (org.pseudo_channels, org.ranks, 1)
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(False, *shape)
+    runs = [replay(cfg, requests, command_log=True)]
+    for other in (KernelVariant(general=False), KernelVariant(general=True)):
+        monkeypatch.setattr(memory, "kernel_variant", lambda prm, other=other: other)
+        runs.append(replay(cfg, requests, command_log=True))
+    for run in runs[1:]:
+        assert np.array_equal(runs[0].done_cycle, run.done_cycle)
+        for field in ("cycle", "command", "bank", "row"):
+            assert np.array_equal(getattr(runs[0].command_log, field), getattr(run.command_log, field)), field
+
+
+def test_every_shipped_standard_has_a_kernel_compiled_for_its_shape():
+    from archsim.config.memory import available_standards, memory_config_from_preset
+
+    for name in available_standards():
+        assert kernel_variant(kernel_params(memory_config_from_preset(name), 0)).pseudo_channels > 0, name
+
+
+def test_an_unlisted_shape_runs_the_plain_kernel_that_reads_it():
+    cfg = config("HBM3", "memory.organization.ranks=4", "memory.organization.bankgroups=8",
+                 "memory.organization.capacity=64GiB")
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(general=False)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[1:], ids=lambda v: ",".join(s.split(".")[-1] for s in v))
 def test_a_feature_beyond_the_defaults_selects_the_general_kernel_when_it_needs_it(variant):
     """Only row policy, refresh mode and front-end options may run on the plain kernel: it has no code for the rest."""
-    from archsim.controller import codes
-
     cfg = config("HBM2", *variant)
     plain_ok = all(".row_policy=" in s or "refresh=per_bank" in s or ".frontend." in s for s in variant)
-    expected = 0 if plain_ok else codes.VARIANT_GENERAL
-    assert kernel_variant(kernel_params(cfg, 0)) == expected
-    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)) == codes.VARIANT_GENERAL
+    assert kernel_variant(kernel_params(cfg, 0)).general is not plain_ok
+    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)).general

@@ -130,14 +130,14 @@ def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def recompute_closed(closed_act, closed_head, pc, bpp, amask, omask, bstate, nxt_bank, nxt_bg):
+def recompute_closed(closed_act, closed_head, pc, bpp, words, amask, omask, bstate, nxt_bank, nxt_bg):
     """Over the closed banks with requests queued: the earliest ACT by their banks' and bank groups' own timing
     (tRP, tRC, tRRD_L; `act_bound` gives the bounds they share) into `closed_act[pc]`, and the oldest request at
     the head of their read (write) lists into `closed_head[pc, 0 (1)]` (INF: none)."""
     lo = INF
     head_r = INF
     head_w = INF
-    for word in range(amask.shape[1]):
+    for word in range(words):
         closed = amask[pc, word] & ~omask[pc, word]
         while closed != 0:
             gb = pc * bpp + word * 64 + bit_index(closed)
@@ -166,16 +166,17 @@ def note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def hits_bound(pc, bpp, hmask, nxt_bank, cb_r, cb_w, auto_precharge):
+def hits_bound(pc, bpp, words, hmask, nxt_bank, cb_r, cb_w, auto_precharge):
     """No column command to a queued row hit can issue before this cycle: per bank with hits, its own bound
-    (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out)."""
+    (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out).
+    `words`: the bank masks' 64-bit words per pseudo-channel (a constant in a kernel compiled for its shape)."""
     lo = INF
     for kind in range(2):  # reads, writes
         cb = cb_r if kind == 0 else cb_w
         if cb == INF:
             continue
         cmd = RD if kind == 0 else WR
-        for word in range(hmask.shape[2]):
+        for word in range(words):
             live = hmask[pc, kind, word]
             while live != 0:
                 gb = pc * bpp + word * 64 + bit_index(live)

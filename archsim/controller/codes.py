@@ -35,10 +35,6 @@ ARB_SHARED, ARB_PRIORITY_HOST, ARB_PRIORITY_PNM, ARB_WRR, ARB_RESERVE = 0, 1, 2,
 TOKEN = 1_000_000  # one column command's worth of reservation tokens
 AGE_BITS = 40  # request index bits of a priority key: key = class << AGE_BITS | index
 
-# kernel variants, compiled apart: the general one serves every feature, the plain one only the defaults
-# (FR-FCFS, the shared port arbiter without age cap, no bank queues, watermark write drains, no refresh hold)
-VARIANT_GENERAL = 1
-
 # columns of the per-bank state table, `bstate[global bank, column]`: open row (-1 closed), column commands to
 # it, cycle of the last one, queued row hits by kind, requests pending, busy (refresh) until, bank-queue
 # occupancy, the port that opened the row, then per kind (read, write) the head, tail and length of the
