@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from archsim.controller.kernel import KernelVariant
-from archsim.memory import Requests, kernel_params, kernel_variant, replay
+from archsim.memory import Requests, kernel_params, kernel_variant, mask_words, replay
 from tests.conftest import PRESETS, config
 
 VARIANTS = (
@@ -88,7 +88,7 @@ def test_the_plain_kernels_equal_the_general_one_on_the_defaults(preset, monkeyp
     cfg = config(preset)
     requests = _mixed_stream(cfg)
     org = cfg.organization
-    shape = (org.pseudo_channels, org.ranks, 1)
+    shape = (org.pseudo_channels, org.ranks, mask_words(org.banks_per_pseudo_channel))
     assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(False, *shape)
     runs = [replay(cfg, requests, command_log=True)]
     for other in (KernelVariant(general=False), KernelVariant(general=True)):

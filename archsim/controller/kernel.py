@@ -19,6 +19,7 @@ standards it is compiled again with the pseudo-channels, ranks and bank-mask wor
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import NamedTuple
 
@@ -1019,8 +1020,8 @@ FIXED_WORDS = 0
 
 # The shapes the plain kernel is also compiled for, frozen: those of the shipped standards (HBM2 in legacy mode:
 # one pseudo-channel and one rank; HBM3 and HBM3E: two pseudo-channels of two stack IDs), where the fixed shape
-# cuts 13-15 % of the instructions per request. Each costs one more compile when first used (about a minute; the
-# cache keeps it), so other shapes run the plain kernel that reads them.
+# cuts 13-18 % of the instructions per request. Each costs one more compile when first used (80-85 s on a 2-core
+# machine; the cache keeps it), so other shapes run the plain kernel that reads them.
 SPECIALIZED_SHAPES = ((1, 1, 1), (2, 2, 1))
 
 
@@ -1048,14 +1049,10 @@ def _compiled(variant: KernelVariant):
     return njit(cache=True, error_model="numpy", _nrt=False)(fn)
 
 
-_COMPILED: dict[KernelVariant, object] = {}
-
-
+@functools.cache
 def compiled_kernel(variant: KernelVariant):
     """The kernel compiled for `variant` (compiled, or loaded from the cache, on first use)."""
-    if variant not in _COMPILED:
-        _COMPILED[variant] = _compiled(variant)
-    return _COMPILED[variant]
+    return _compiled(variant)
 
 
 def run_kernel(variant: KernelVariant, stop_ptr: int, prm: np.ndarray, gaps: np.ndarray, scal: np.ndarray,
