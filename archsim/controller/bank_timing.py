@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from archsim.controller.codes import ACT, B_BGF, B_HEAD, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
 from archsim.controller.request_lists import bit_index, quotient, set_bank_bit
+from archsim.controller.unsigned_index import kernel_helper
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
     e = nxt_bank[gb, cmd]
     v = nxt_bg[bgf, cmd]
@@ -28,13 +28,13 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
     return e
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def _raise_span(cell, gap, first, end, t):
     for n in range(first, end):
         cell[n] = max(cell[n], t + gap[n])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def _raise_scope(cells, row, gaps, level, cmd, t):
     """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change), skipping the
     groups of next commands (row, column, refresh) that have no rule: `gaps[level, cmd, NCMD + group]` is 0.
@@ -49,7 +49,7 @@ def _raise_scope(cells, row, gaps, level, cmd, t):
         _raise_span(cell, gap, REF, NCMD, t)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def apply_command(cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc):
     """Push every scope's earliest-issue times forward after `cmd` issued at `t`.
 
@@ -66,7 +66,7 @@ def apply_command(cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_ra
             _raise_scope(nxt_rank, r, gaps, 4, cmd, t)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def row_earliest(cmd, pc, bank, ranks, bpr, sh_bpr, bpp, bstate, nxt_bank, nxt_bg, nxt_rank, nxt_pc,
                   faw, faw_pos, tfaw):
     """Earliest issue of a row command; PREA looks at every open bank of the rank. `sh_bpr`: `pow2_shift(bpr)`."""
@@ -89,7 +89,7 @@ def row_earliest(cmd, pc, bank, ranks, bpr, sh_bpr, bpp, bstate, nxt_bank, nxt_b
     return earliest(cmd, gb, bstate[gb, B_BGF], rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
     """No column command of kind `cmd` can issue in this pseudo-channel before this cycle (data bus, tCCD_S)."""
     e = nxt_pc[pc, cmd]
@@ -100,7 +100,7 @@ def col_bound(cmd, pc, ranks, nxt_rank, nxt_pc):
     return e if e > lo else lo
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
     """No ACT can issue in this pseudo-channel before this cycle (tRRD_S, tFAW, refresh)."""
     lo = INF
@@ -118,7 +118,7 @@ def act_bound(pc, ranks, skip_rank, nxt_rank, nxt_pc, faw, faw_pos, tfaw):
     return v if v > lo else lo
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
     """Set bank `gb`'s queued row hits (reads `hr`, writes `hw`), its pseudo-channel's sums and hit-mask bits."""
     hsum_r[pc] += hr - bstate[gb, B_HITS_R]
@@ -129,7 +129,7 @@ def set_hits(gb, pc, hr, hw, bstate, hsum_r, hsum_w, hmask, bpp):
     set_bank_bit(hmask[pc], 1, gb - pc * bpp, hw > 0)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def recompute_closed(closed_act, closed_head, pc, bpp, words, amask, omask, bstate, nxt_bank, nxt_bg):
     """Over the closed banks with requests queued: the earliest ACT by their banks' and bank groups' own timing
     (tRP, tRC, tRRD_L; `act_bound` gives the bounds they share) into `closed_act[pc]`, and the oldest request at
@@ -152,7 +152,7 @@ def recompute_closed(closed_act, closed_head, pc, bpp, words, amask, omask, bsta
     closed_head[pc, 1] = head_w
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg):
     """Take bank `gb`, just closed or given a request while closed, into its pseudo-channel's kept
     `recompute_closed` figures. Between ACTs (which recompute them) banks join the closed set only this way,
@@ -165,7 +165,7 @@ def note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg):
             closed_head[pc, k] = h
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def hits_bound(pc, bpp, words, hmask, nxt_bank, cb_r, cb_w, auto_precharge):
     """No column command to a queued row hit can issue before this cycle: per bank with hits, its own bound
     (tRCD, tCCD_L, tWTR) or the pseudo-channel's for the kind (`cb_r`, `cb_w`; INF leaves a kind out).

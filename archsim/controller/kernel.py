@@ -14,13 +14,14 @@ the pseudo-channels whose bound has come; one displaced from a shared command bu
 
 The loop is compiled in variants (`KernelVariant`, chosen by `memory.kernel_variant`): the plain one serves the
 default controller features only and has the code of the others compiled out; for the shapes of the shipped
-standards it is compiled again with the pseudo-channels, ranks and bank-mask words as constants.
+standards it is compiled again with the pseudo-channels, ranks and bank-mask words as constants. Every variant
+and the helpers it inlines are compiled with unsigned array indices (`unsigned_index`): no index here counts from
+an array's end.
 """
 
 from __future__ import annotations
 
 import functools
-import types
 from typing import NamedTuple
 
 import numpy as np
@@ -141,6 +142,7 @@ from archsim.controller.request_lists import (
     set_bank_bit,
     unlink,
 )
+from archsim.controller.unsigned_index import with_unsigned_indices
 
 
 def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
@@ -1038,15 +1040,14 @@ class KernelVariant(NamedTuple):
 def _compiled(variant: KernelVariant):
     """`_kernel` compiled with the variant's constants frozen, under its own name (and so its own cache files):
     the plain variant carries none of the code of the features the defaults leave off, which keeps its live
-    values in registers (about 1.2x faster); a fixed shape is worth about 1.2x more."""
+    values in registers (about 1.2x faster); a fixed shape is worth about 1.2x more. The body is compiled from its
+    source with unsigned indices (`with_unsigned_indices`)."""
     name = "_kernel_general" if variant.general else "_kernel_plain"
     if variant.pseudo_channels > 0:
         name += f"_{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
     constants = {"GENERAL": variant.general, "FIXED_PCS": variant.pseudo_channels, "FIXED_RANKS": variant.ranks,
                  "FIXED_WORDS": variant.mask_words}
-    fn = types.FunctionType(_kernel.__code__, {**_kernel.__globals__, **constants}, name)
-    fn.__qualname__ = name
-    return njit(cache=True, error_model="numpy", _nrt=False)(fn)
+    return njit(cache=True, error_model="numpy", _nrt=False)(with_unsigned_indices(_kernel, name, constants))
 
 
 @functools.cache

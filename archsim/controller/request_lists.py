@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
 from archsim.controller.codes import AGE_BITS, B_CNT, B_HEAD, B_HITS_R, B_OPEN, B_TAIL, B_WIN, INF, S_LOGOVF, S_NLOG
+from archsim.controller.unsigned_index import kernel_helper
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def log_command(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row):
     k = scal[S_NLOG]
     if k < log_cycle.shape[0]:
@@ -24,7 +25,7 @@ def log_command(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_ban
         scal[S_LOGOVF] = 1
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def remove_at(queue, qlen, pc, i):
     n = qlen[pc]
     for j in range(i, n - 1):
@@ -32,7 +33,7 @@ def remove_at(queue, qlen, pc, i):
     qlen[pc] = n - 1
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def set_bank_bit(mask, pc, bb, on):
     """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in a bank mask (queued requests, open rows;
     the row hits of one kind are `hmask[pc]` with the kind in place of `pc`)."""
@@ -43,7 +44,7 @@ def set_bank_bit(mask, pc, bb, on):
         mask[pc, bb >> 6] &= ~bit
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def add_hit(gb, pc, kind, delta, bstate, hsum, hmask, bpp):
     """Count one queued row hit of `kind` more (`delta` 1) or less (-1) at bank `gb` of pseudo-channel `pc`."""
     bstate[gb, B_HITS_R + kind] += delta
@@ -51,7 +52,7 @@ def add_hit(gb, pc, kind, delta, bstate, hsum, hmask, bpp):
     set_bank_bit(hmask[pc], kind, gb - pc * bpp, bstate[gb, B_HITS_R + kind] > 0)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def link(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
     """Append request `idx` to bank `gb` (of pseudo-channel `pc`)'s age-ordered list of kind `k` (0 read, 1 write)."""
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
@@ -67,7 +68,7 @@ def link(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
     bstate[gb, B_CNT + k] += 1
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def unlink(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
     before = bprev[idx]
     after = bnext[idx]
@@ -95,20 +96,20 @@ def bit_index(typingctx, low):
     return sig, codegen
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def pow2_shift(divisor):
     """log2 of a power of two, else -1 (for `quotient`)."""
     return bit_index(np.uint64(divisor)) if divisor & (divisor - 1) == 0 else -1
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def quotient(x, divisor, shift):
     """`x // divisor` for x >= 0: a shift when the divisor is a power of two (`shift` from `pow2_shift`), the
     division otherwise. A 64-bit division takes tens of cycles; the branch is the same on every call."""
     return x >> shift if shift >= 0 else x // divisor
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def count_row(gb, k, row, bstate, bnext, req_row):
     """Requests of one kind queued at bank `gb` for `row`."""
     h = 0
@@ -120,7 +121,7 @@ def count_row(gb, k, row, bstate, bnext, req_row):
     return h
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def priority_key(idx, t, req_src, accept, favored, agecap):
     """Priority key, smaller first: requests past the age cap, then the favoured port, then the rest; oldest
     first within a class. With the shared arbiter and no age cap this is the request index (pure age)."""
@@ -132,7 +133,7 @@ def priority_key(idx, t, req_src, accept, favored, agecap):
     return (np.int64(cls) << AGE_BITS) | idx
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def first_request(gb, k_lo, k_hi, row, for_row, t, bstate, bnext, req_row, req_src, accept, favored, agecap, ordered):
     """The first (oldest, or with `ordered` the highest-priority) request of bank `gb`'s lists of kinds
     `k_lo`..`k_hi` - 1 that is for `row` (`for_row`: a row hit) or is not (row -1: any request), and its priority
@@ -153,7 +154,7 @@ def first_request(gb, k_lo, k_hi, row, for_row, t, bstate, bnext, req_row, req_s
     return idx, key
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+@kernel_helper
 def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, hmask, req_bank, req_row, ready, kind,
               bnext, bprev, amask, bpp):
     """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
