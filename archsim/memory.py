@@ -197,7 +197,8 @@ class MemorySession:
         # commands (row: ACT..PREA, column: RD..WRA, refresh: REF, REFPB) have a rule
         groups = [(gap[:, :, first:end] >= 0).any(axis=2, keepdims=True)
                   for first, end in ((K.ACT, K.RD), (K.RD, K.REF), (K.REF, K.NCMD))]
-        self._gaps = np.concatenate([np.where(gap >= 0, gap, K.NEG), *groups], axis=2).astype(np.int64)
+        gaps = np.concatenate([np.where(gap >= 0, gap, K.NEG), *groups], axis=2).astype(np.int64)
+        self._gaps = gaps.reshape(-1)  # flat, rows of K.GAP_COLUMNS (controller/index_lowering.py)
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
         self._outputs = _request_outputs(n)
@@ -350,8 +351,9 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     def per(count: int, fill: int = 0) -> np.ndarray:
         return np.full(count, fill, dtype=np.int64)
 
-    timing_rows = tuple(np.zeros((count, K.NCMD), dtype=np.int64) for count in (n_bank, n_bg, n_rank, n_pc))
-    faw = np.full((n_rank, 4), K.NEG, dtype=np.int64)
+    # the arrays of K.FLAT_ARRAYS go to the kernel flat (controller/index_lowering.py)
+    timing_rows = tuple(np.zeros(count * K.NCMD, dtype=np.int64) for count in (n_bank, n_bg, n_rank, n_pc))
+    faw = np.full(n_rank * K.FAW_ACTS, K.NEG, dtype=np.int64)
     # one row of state per bank (columns: controller/codes.py B_*): all closed, no requests listed
     bank_state = np.zeros((n_bank, K.BANK_COLUMNS), dtype=np.int64)
     bank_state[:, K.B_OPEN] = -1
@@ -359,9 +361,10 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     bank_state[:, K.B_TAIL:K.B_TAIL + 2] = -1
     bank_state[:, K.B_BGF] = np.arange(n_bank) // org.banks_per_group
     words = mask_words(org.banks_per_pseudo_channel)
-    banks = (bank_state, per(n_pc), per(n_pc), per(n, -1), per(n, -1), np.zeros((n_pc, words), dtype=np.uint64),
-             np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, 2, words), dtype=np.uint64),
-             per(n_pc, int(K.INF)), np.full((n_pc, 2), K.INF, dtype=np.int64))
+    banks = (bank_state.reshape(-1), per(n_pc), per(n_pc), per(n, -1), per(n, -1),
+             np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, words), dtype=np.uint64),
+             np.zeros((n_pc, 2, words), dtype=np.uint64),
+             per(n_pc, int(K.INF)), per(n_pc * 2, int(K.INF)))
     # banks: the bank table, queued row hits per pseudo-channel (reads, writes), the links of the per-bank
     # request lists (next, previous per request), then per pseudo-channel bit masks of the banks with requests
     # queued, of the banks with a row open and of the banks with row hits queued (reads, writes), and the
@@ -370,11 +373,11 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
-              per(n_pc), per(2), np.zeros((n_pc, 4), dtype=np.int64))
+              per(n_pc), per(2), per(n_pc * 4))
     qos_counts = per(8)
     cmd_count = per(K.NCMD)
     # served per port, reservation tokens and their update time per pseudo-channel
-    qos = (np.zeros((n_pc, 2), dtype=np.int64), per(n_pc), per(n_pc), qos_counts)
+    qos = (per(n_pc * 2), per(n_pc), per(n_pc), qos_counts)
     ref_due = _initial_refresh_due(cfg)
     # every channel wakes for its first refresh even if no request ever reaches it
     chan_next = per(org.n_channels, int(K.INF))

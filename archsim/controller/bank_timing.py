@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from archsim.controller.codes import ACT, B_BGF, B_HEAD, B_HITS_R, B_HITS_W, B_OPEN, INF, NCMD, PREA, RD, RDA, REF, WR
+from archsim.controller.index_lowering import kernel_helper
 from archsim.controller.request_lists import bit_index, quotient, set_bank_bit
-from archsim.controller.unsigned_index import kernel_helper
 
 
 @kernel_helper
@@ -29,24 +29,24 @@ def earliest(cmd, gb, bgf, rf, pc, nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_
 
 
 @kernel_helper
-def _raise_span(cell, gap, first, end, t):
+def _raise_span(cells, row_start, gaps, level, cmd, first, end, t):
     for n in range(first, end):
-        cell[n] = max(cell[n], t + gap[n])
+        cells[row_start + n] = max(cells[row_start + n], t + gaps[level, cmd, n])
 
 
 @kernel_helper
 def _raise_scope(cells, row, gaps, level, cmd, t):
-    """Raise `cells[row]` to `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change), skipping the
-    groups of next commands (row, column, refresh) that have no rule: `gaps[level, cmd, NCMD + group]` is 0.
-    The groups are runs of command codes (`codes.py`: ACT..PREA, RD..WRA, REF..REFPB)."""
-    cell = cells[row]
-    gap = gaps[level, cmd]
-    if gap[NCMD] != 0:
-        _raise_span(cell, gap, ACT, RD, t)
-    if gap[NCMD + 1] != 0:
-        _raise_span(cell, gap, RD, REF, t)
-    if gap[NCMD + 2] != 0:
-        _raise_span(cell, gap, REF, NCMD, t)
+    """Raise row `row` of `cells` (an earliest-issue table, flat: rows of NCMD cycles, see `index_lowering`) to
+    `t` plus `cmd`'s gaps at `level` (NEG where no rule: no change), skipping the groups of next commands (row,
+    column, refresh) that have no rule: `gaps[level, cmd, NCMD + group]` is 0. The groups are runs of command
+    codes (`codes.py`: ACT..PREA, RD..WRA, REF..REFPB)."""
+    row_start = row * NCMD
+    if gaps[level, cmd, NCMD] != 0:
+        _raise_span(cells, row_start, gaps, level, cmd, ACT, RD, t)
+    if gaps[level, cmd, NCMD + 1] != 0:
+        _raise_span(cells, row_start, gaps, level, cmd, RD, REF, t)
+    if gaps[level, cmd, NCMD + 2] != 0:
+        _raise_span(cells, row_start, gaps, level, cmd, REF, NCMD, t)
 
 
 @kernel_helper

@@ -43,3 +43,11 @@ B_OPEN, B_COLS, B_LASTCOL, B_HITS_R, B_HITS_W, B_PEND, B_BUSY, B_WIN, B_OPENER =
 B_HEAD, B_TAIL, B_CNT = 9, 11, 13
 B_BGF = 15
 BANK_COLUMNS = 16
+
+FAW_ACTS = 4  # activations a tFAW window holds: `faw[rank, slot]` keeps the cycles of the last ones
+GAP_COLUMNS = NCMD + 3  # a row of the gap table: the gap to each next command, then the three group flags
+# The arrays whose dimensions after the first are constants reach the kernel flat; its source still indexes
+# them `[row, column]`, which `index_lowering` compiles as `row * length + column` with the length a constant
+FLAT_ARRAYS = {"bstate": (BANK_COLUMNS,), "nxt_bank": (NCMD,), "nxt_bg": (NCMD,), "nxt_rank": (NCMD,),
+               "nxt_pc": (NCMD,), "faw": (FAW_ACTS,), "closed_head": (2,), "port_q": (4,), "served": (2,),
+               "gaps": (NCMD, GAP_COLUMNS)}

@@ -15,8 +15,8 @@ the pseudo-channels whose bound has come; one displaced from a shared command bu
 The loop is compiled in variants (`KernelVariant`, chosen by `memory.kernel_variant`): the plain one serves the
 default controller features only and has the code of the others compiled out; for the shapes of the shipped
 standards it is compiled again with the pseudo-channels, ranks and bank-mask words as constants. Every variant
-and the helpers it inlines are compiled with unsigned array indices (`unsigned_index`): no index here counts from
-an array's end.
+and the helpers it inlines are compiled with lowered array indexing (`index_lowering`): unsigned indices, and the
+arrays of `codes.FLAT_ARRAYS` flat with constant row lengths.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from archsim.controller.codes import (
     C_FORWARD,
     C_HIT,
     C_MISS,
+    FAW_ACTS,
     INF,
     P_AGECAP,
     P_ARB,
@@ -127,6 +128,7 @@ from archsim.controller.codes import (
     WR,
     WRA,
 )
+from archsim.controller.index_lowering import with_lowered_indexing
 from archsim.controller.request_lists import (
     add_hit,
     bit_index,
@@ -142,7 +144,6 @@ from archsim.controller.request_lists import (
     set_bank_bit,
     unlink,
 )
-from archsim.controller.unsigned_index import with_unsigned_indices
 
 
 def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
@@ -897,7 +898,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     bstate[gb, B_OPENER] = req_src[idx]
                     bstate[gb, B_COLS] = 0
                     faw[rf, faw_pos[rf]] = t
-                    faw_pos[rf] = (faw_pos[rf] + 1) % 4
+                    faw_pos[rf] = (faw_pos[rf] + 1) % FAW_ACTS
                     set_hits(gb, pc, count_row(gb, 0, row, bstate, bnext, req_row),
                               count_row(gb, 1, row, bstate, bnext, req_row), bstate, hsum_r, hsum_w, hmask, bpp)
                     if klass[idx] < 0:
@@ -1041,13 +1042,13 @@ def _compiled(variant: KernelVariant):
     """`_kernel` compiled with the variant's constants frozen, under its own name (and so its own cache files):
     the plain variant carries none of the code of the features the defaults leave off, which keeps its live
     values in registers (about 1.2x faster); a fixed shape is worth about 1.2x more. The body is compiled from its
-    source with unsigned indices (`with_unsigned_indices`)."""
+    source with lowered indexing (`with_lowered_indexing`)."""
     name = "_kernel_general" if variant.general else "_kernel_plain"
     if variant.pseudo_channels > 0:
         name += f"_{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
     constants = {"GENERAL": variant.general, "FIXED_PCS": variant.pseudo_channels, "FIXED_RANKS": variant.ranks,
                  "FIXED_WORDS": variant.mask_words}
-    return njit(cache=True, error_model="numpy", _nrt=False)(with_unsigned_indices(_kernel, name, constants))
+    return njit(cache=True, error_model="numpy", _nrt=False)(with_lowered_indexing(_kernel, name, constants))
 
 
 @functools.cache

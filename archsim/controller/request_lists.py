@@ -8,7 +8,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from archsim.controller.codes import AGE_BITS, B_CNT, B_HEAD, B_HITS_R, B_OPEN, B_TAIL, B_WIN, INF, S_LOGOVF, S_NLOG
-from archsim.controller.unsigned_index import kernel_helper
+from archsim.controller.index_lowering import kernel_helper
 
 
 @kernel_helper

@@ -1,0 +1,146 @@
+"""The kernel's compile-time lowering of array indexing (archsim.controller.index_lowering)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+import numpy as np
+import pytest
+from numba import njit
+
+from archsim.config.memory import memory_config_from_preset
+from archsim.controller import bank_timing, kernel, request_lists
+from archsim.controller.codes import FLAT_ARRAYS, GAP_COLUMNS, NCMD
+from archsim.controller.index_lowering import kernel_helper, lowered_code, with_lowered_indexing
+from archsim.memory import MemorySession, _kernel_state
+
+ROW = 1  # a module constant: left as it is, like the kernel's codes
+
+
+def _gather(table, rows, first, last):
+    total = 0
+    for k in range(rows.shape[0]):
+        total += table[rows[k], ROW] * 1000 + table[rows[k] + 1, 0]
+    return total + table[0, first:last].sum()
+
+
+def _bank_sum(bstate, banks, column):
+    total = 0
+    for k in range(banks.shape[0]):
+        total += bstate[banks[k], column]
+    bstate[banks[0], column] = -total
+    return total
+
+
+def test_the_rewrite_casts_computed_indices_only():
+    rewritten = with_lowered_indexing(_gather)
+    table = np.arange(40, dtype=np.int64).reshape(10, 4)
+    rows = np.array([0, 3, 7], dtype=np.int64)
+    # literal indices, module constants and slices stay as they are: same result in plain Python
+    assert rewritten(table, rows, 1, 3) == _gather(table, rows, 1, 3)
+    # a computed index is cast to uint64, which refuses a negative value in plain Python
+    with pytest.raises(OverflowError):
+        rewritten(table, np.array([-2], dtype=np.int64), 1, 3)
+    assert "uint64" in lowered_code(_gather).co_names
+    assert "uint64" not in _gather.__code__.co_names
+
+
+def test_compiled_with_lowered_indexing_it_computes_the_same():
+    table = np.arange(40, dtype=np.int64).reshape(10, 4)
+    rows = np.array([0, 3, 7, 8], dtype=np.int64)
+    compiled = njit(with_lowered_indexing(_gather, "_gather_lowered"))
+    assert compiled(table, rows, 0, 4) == _gather(table, rows, 0, 4)
+
+
+@pytest.mark.parametrize("compile_it", [False, True])
+def test_an_array_of_flat_rows_is_indexed_row_times_length_plus_column(compile_it):
+    (row_length,) = FLAT_ARRAYS["bstate"]
+    table = np.arange(6 * row_length, dtype=np.int64).reshape(6, row_length)
+    banks = np.array([4, 1, 5], dtype=np.int64)
+    lowered = with_lowered_indexing(_bank_sum, "_bank_sum_lowered")
+    flat = table.copy().reshape(-1)
+    expected = _bank_sum(table, banks, 3)
+    assert (njit(lowered) if compile_it else lowered)(flat, banks, 3) == expected
+    assert np.array_equal(flat.reshape(6, row_length), table)  # the store went to the same cell
+
+
+def _gap_sum(gaps, level, cmds):
+    total = 0
+    for k in range(cmds.shape[0]):
+        total += gaps[level, cmds[k], NCMD] * 100 + gaps[level + 1, cmds[k], k]
+    return total
+
+
+def test_a_flat_array_of_three_dimensions_is_indexed_in_row_major_order():
+    table = np.arange(5 * NCMD * GAP_COLUMNS, dtype=np.int64).reshape(5, NCMD, GAP_COLUMNS)
+    cmds = np.array([0, 3, 8, 2], dtype=np.int64)
+    lowered = njit(with_lowered_indexing(_gap_sum, "_gap_sum_lowered"))
+    assert lowered(table.reshape(-1), 2, cmds) == _gap_sum(table, 2, cmds)
+
+
+def test_the_rewrite_keeps_the_source_lines_and_the_variant_constants():
+    code = lowered_code(bank_timing.earliest.py_func)
+    source_lines, first_line = inspect.getsourcelines(bank_timing.earliest.py_func)
+    assert code.co_filename == bank_timing.__file__
+    assert code.co_firstlineno == first_line
+    assert source_lines[0].startswith("def earliest(")
+    with open(bank_timing.__file__) as source:
+        assert source.read().splitlines()[first_line - 1] == source_lines[0].rstrip("\n")
+
+    def constant_reader():
+        return GENERAL_VALUE  # noqa: F821 - supplied by the variant's constants
+
+    rebuilt = with_lowered_indexing(constant_reader, "reader_variant", {"GENERAL_VALUE": 7})
+    assert rebuilt() == 7 and rebuilt.__name__ == "reader_variant"
+
+
+def _computes_an_index(fn) -> bool:
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            parts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if any(isinstance(p, (ast.Name, ast.BinOp, ast.Subscript)) and not getattr(p, "id", "a").isupper()
+                   for p in parts):
+                return True
+    return False
+
+
+def test_every_kernel_helper_is_compiled_with_lowered_indexing():
+    helpers = [f for module in (bank_timing, request_lists) for f in vars(module).values()
+               if hasattr(f, "py_func") and f.py_func.__module__ == module.__name__]
+    assert len(helpers) >= 20
+    indexing = [f for f in helpers if _computes_an_index(f.py_func)]
+    assert len(indexing) >= 15
+    for helper in indexing:
+        assert "uint64" in helper.py_func.__code__.co_names, helper.py_func.__qualname__
+
+
+@pytest.mark.parametrize("preset", ["HBM2", "HBM3"])
+def test_the_kernel_gets_the_arrays_of_flat_rows_flat_and_the_others_as_built(preset):
+    tree = ast.parse(textwrap.dedent(inspect.getsource(kernel._kernel)))
+    unpack = next(node for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and isinstance(node.value, ast.Name) and node.value.id == "state")
+    names = [element.id for element in unpack.targets[0].elts]
+    state, _ = _kernel_state(memory_config_from_preset(preset), 100)
+    assert len(names) == len(state)
+    arrays = dict(zip(names, state, strict=True))
+    assert set(FLAT_ARRAYS) - {"gaps"} <= set(arrays)
+    for name, inner in FLAT_ARRAYS.items():
+        if name != "gaps":  # an argument of its own
+            assert arrays[name].ndim == 1 and arrays[name].size % np.prod(inner) == 0, name
+    cfg = memory_config_from_preset(preset)
+    assert arrays["bstate"].size == 16 * cfg.organization.n_banks
+    assert arrays["hmask"].ndim == 3 and arrays["rq"].ndim == 2  # rows of run-time length stay as they are
+    session = MemorySession(cfg, np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint8))
+    assert session._gaps.shape == (5 * NCMD * GAP_COLUMNS,)
+
+
+def test_a_helper_module_must_import_numpy_as_np():
+    def no_numpy(a, i):
+        return a[i]
+
+    without_numpy = type(no_numpy)(no_numpy.__code__, {}, "no_numpy")
+    with pytest.raises(TypeError, match="numpy as np"):
+        kernel_helper(without_numpy)
