@@ -80,6 +80,16 @@ def test_a_flat_array_of_three_dimensions_is_indexed_in_row_major_order():
     assert lowered(table.reshape(-1), 2, cmds) == _gap_sum(table, 2, cmds)
 
 
+def _one_bank_row(bstate, gb):
+    return bstate[gb]
+
+
+def test_an_array_passed_flat_must_be_indexed_with_all_its_indices():
+    with pytest.raises(TypeError, match=r"_one_bank_row, line \d+: bstate is passed flat .* 2 indices"):
+        lowered_code(_one_bank_row)
+    lowered_code(kernel._kernel)  # the kernel itself indexes every flat array in full
+
+
 def test_the_rewrite_keeps_the_source_lines_and_the_variant_constants():
     code = lowered_code(bank_timing.earliest.py_func)
     source_lines, first_line = inspect.getsourcelines(bank_timing.earliest.py_func)

@@ -17,7 +17,7 @@ about 1.1x the speed; flat rows about 1.1x more (see docs/memory.md, speed).
 
 The source stays plain Python indexing; the rewrite happens when a function is compiled. In these functions a
 negative index would read outside the array instead of from its end, and an array of `FLAT_ARRAYS` must be
-passed flat under that name and indexed with all its indices (otherwise the lowered code fails to compile).
+passed flat under that name and indexed with all its indices (the rewrite refuses fewer).
 """
 
 from __future__ import annotations
@@ -43,10 +43,17 @@ def _as_unsigned(index: ast.expr) -> ast.expr:
 
 
 class _LowerIndexing(ast.NodeTransformer):
+    def __init__(self, function_name: str) -> None:
+        self.function_name = function_name
+
     def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
         self.generic_visit(node)
         inner = FLAT_ARRAYS.get(node.value.id) if isinstance(node.value, ast.Name) else None
-        if inner is not None and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == len(inner) + 1:
+        if inner is not None:
+            if not (isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == len(inner) + 1):
+                # a row of a flat array is no array: taken as one cell, it would read or write the wrong place
+                raise TypeError(f"{self.function_name}, line {node.lineno}: {node.value.id} is passed flat "
+                                f"(codes.FLAT_ARRAYS) and must be indexed with {len(inner) + 1} indices")
             flat = node.slice.elts[0]
             for length, index in zip(inner, node.slice.elts[1:], strict=True):
                 flat = ast.BinOp(left=ast.BinOp(left=flat, op=ast.Mult(), right=ast.Constant(length)), op=ast.Add(),
@@ -68,9 +75,9 @@ def lowered_code(fn: Callable) -> types.CodeType:
     definition = tree.body[0]
     assert isinstance(definition, ast.FunctionDef) and definition.name == fn.__name__
     definition.decorator_list = []
-    _LowerIndexing().visit(definition)
-    ast.fix_missing_locations(tree)
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
+    _LowerIndexing(fn.__qualname__).visit(definition)
+    ast.fix_missing_locations(tree)
     module_code = compile(tree, fn.__code__.co_filename, "exec")
     return next(c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
 
