@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -351,11 +352,16 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     def per(count: int, fill: int = 0) -> np.ndarray:
         return np.full(count, fill, dtype=np.int64)
 
-    # the arrays of K.FLAT_ARRAYS go to the kernel flat (controller/index_lowering.py)
-    timing_rows = tuple(np.zeros(count * K.NCMD, dtype=np.int64) for count in (n_bank, n_bg, n_rank, n_pc))
-    faw = np.full(n_rank * K.FAW_ACTS, K.NEG, dtype=np.int64)
+    def flat(name: str, rows: int, fill: int = 0) -> np.ndarray:
+        """An array of K.FLAT_ARRAYS, which the kernel gets flat (controller/index_lowering.py): `rows` rows of
+        its constant length."""
+        return per(rows * math.prod(K.FLAT_ARRAYS[name]), fill)
+
+    timing_rows = tuple(flat(name, count) for name, count in
+                        (("nxt_bank", n_bank), ("nxt_bg", n_bg), ("nxt_rank", n_rank), ("nxt_pc", n_pc)))
+    faw = flat("faw", n_rank, int(K.NEG))
     # one row of state per bank (columns: controller/codes.py B_*): all closed, no requests listed
-    bank_state = np.zeros((n_bank, K.BANK_COLUMNS), dtype=np.int64)
+    bank_state = flat("bstate", n_bank).reshape(n_bank, K.BANK_COLUMNS)
     bank_state[:, K.B_OPEN] = -1
     bank_state[:, K.B_HEAD:K.B_HEAD + 2] = -1
     bank_state[:, K.B_TAIL:K.B_TAIL + 2] = -1
@@ -364,7 +370,7 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     banks = (bank_state.reshape(-1), per(n_pc), per(n_pc), per(n, -1), per(n, -1),
              np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, words), dtype=np.uint64),
              np.zeros((n_pc, 2, words), dtype=np.uint64),
-             per(n_pc, int(K.INF)), per(n_pc * 2, int(K.INF)))
+             per(n_pc, int(K.INF)), flat("closed_head", n_pc, int(K.INF)))
     # banks: the bank table, queued row hits per pseudo-channel (reads, writes), the links of the per-bank
     # request lists (next, previous per request), then per pseudo-channel bit masks of the banks with requests
     # queued, of the banks with a row open and of the banks with row hits queued (reads, writes), and the
@@ -373,11 +379,11 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     # each port has its own share of the queues (its own request buffer): room for both, per kind
     queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
               np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
-              per(n_pc), per(2), per(n_pc * 4))
+              per(n_pc), per(2), flat("port_q", n_pc))
     qos_counts = per(8)
     cmd_count = per(K.NCMD)
     # served per port, reservation tokens and their update time per pseudo-channel
-    qos = (per(n_pc * 2), per(n_pc), per(n_pc), qos_counts)
+    qos = (flat("served", n_pc), per(n_pc), per(n_pc), qos_counts)
     ref_due = _initial_refresh_due(cfg)
     # every channel wakes for its first refresh even if no request ever reaches it
     chan_next = per(org.n_channels, int(K.INF))

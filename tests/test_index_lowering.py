@@ -12,7 +12,7 @@ from numba import njit
 
 from archsim.config.memory import memory_config_from_preset
 from archsim.controller import bank_timing, kernel, request_lists
-from archsim.controller.codes import FLAT_ARRAYS, GAP_COLUMNS, NCMD
+from archsim.controller.codes import BANK_COLUMNS, FLAT_ARRAYS, GAP_COLUMNS, NCMD
 from archsim.controller.index_lowering import kernel_helper, lowered_code, with_lowered_indexing
 from archsim.memory import MemorySession, _kernel_state
 
@@ -141,7 +141,7 @@ def test_the_kernel_gets_the_arrays_of_flat_rows_flat_and_the_others_as_built(pr
         if name != "gaps":  # an argument of its own
             assert arrays[name].ndim == 1 and arrays[name].size % np.prod(inner) == 0, name
     cfg = memory_config_from_preset(preset)
-    assert arrays["bstate"].size == 16 * cfg.organization.n_banks
+    assert arrays["bstate"].size == BANK_COLUMNS * cfg.organization.n_banks
     assert arrays["hmask"].ndim == 3 and arrays["rq"].ndim == 2  # rows of run-time length stay as they are
     session = MemorySession(cfg, np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint8))
     assert session._gaps.shape == (5 * NCMD * GAP_COLUMNS,)

@@ -155,13 +155,13 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
      rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
      ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
-    # a constant of each compiled variant (see `_compiled`): the plain kernel carries none of the code of the
+    # a constant of each compiled variant (see `compiled_kernel`): the plain kernel carries none of the code of the
     # features the defaults leave off (fewer live values, fewer spills)
     general = GENERAL
     logging = prm[P_LOGCAP] > 0
     n_req = req_ts.shape[0]
     nch = prm[P_NCH]
-    # a variant compiled for its organization's shape has these as constants (see `_compiled`): the loops over
+    # a variant compiled for its organization's shape has these as constants (see `compiled_kernel`): the loops over
     # one pseudo-channel or one rank fold away, and their bounds leave the live values
     pcs = FIXED_PCS if FIXED_PCS > 0 else prm[P_PCS]
     ranks = FIXED_RANKS if FIXED_RANKS > 0 else prm[P_RANKS]
@@ -1014,7 +1014,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
     return t
 
 
-# `_kernel` reads these globals as constants: `_compiled` gives each compiled variant its own values. A fixed
+# `_kernel` reads these globals as constants: `compiled_kernel` gives each compiled variant its own values. A fixed
 # shape (> 0) is pseudo-channels per channel, ranks per pseudo-channel and bank-mask words; 0 reads the parameters.
 GENERAL = True
 FIXED_PCS = 0
@@ -1038,23 +1038,18 @@ class KernelVariant(NamedTuple):
     mask_words: int = 0
 
 
-def _compiled(variant: KernelVariant):
-    """`_kernel` compiled with the variant's constants frozen, under its own name (and so its own cache files):
-    the plain variant carries none of the code of the features the defaults leave off, which keeps its live
-    values in registers (about 1.2x faster); a fixed shape is worth about 1.2x more. The body is compiled from its
-    source with lowered indexing (`with_lowered_indexing`)."""
+@functools.cache
+def compiled_kernel(variant: KernelVariant):
+    """`_kernel` compiled with the variant's constants frozen, under its own name (and so its own cache files),
+    on first use: the plain variant carries none of the code of the features the defaults leave off, which keeps
+    its live values in registers (about 1.2x faster); a fixed shape is worth about 1.2x more. The body is compiled
+    from its source with lowered indexing (`with_lowered_indexing`)."""
     name = "_kernel_general" if variant.general else "_kernel_plain"
     if variant.pseudo_channels > 0:
         name += f"_{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
     constants = {"GENERAL": variant.general, "FIXED_PCS": variant.pseudo_channels, "FIXED_RANKS": variant.ranks,
                  "FIXED_WORDS": variant.mask_words}
     return njit(cache=True, error_model="numpy", _nrt=False)(with_lowered_indexing(_kernel, name, constants))
-
-
-@functools.cache
-def compiled_kernel(variant: KernelVariant):
-    """The kernel compiled for `variant` (compiled, or loaded from the cache, on first use)."""
-    return _compiled(variant)
 
 
 def run_kernel(variant: KernelVariant, stop_ptr: int, prm: np.ndarray, gaps: np.ndarray, scal: np.ndarray,
