@@ -193,13 +193,8 @@ class MemorySession:
                         *_port_order(self.requests.source))
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._variant = kernel_variant(self._prm)
-        gap = compile_timing_table(cfg.timing)
-        # NEG where no rule, so the kernel raises cells branch-free; three more columns say which groups of next
-        # commands (row: ACT..PREA, column: RD..WRA, refresh: REF, REFPB) have a rule
-        groups = [(gap[:, :, first:end] >= 0).any(axis=2, keepdims=True)
-                  for first, end in ((K.ACT, K.RD), (K.RD, K.REF), (K.REF, K.NCMD))]
-        gaps = np.concatenate([np.where(gap >= 0, gap, K.NEG), *groups], axis=2).astype(np.int64)
-        self._gaps = gaps.reshape(-1)  # flat, rows of K.GAP_COLUMNS (controller/index_lowering.py)
+        # gap[level, command, next command] (dram/timing_table.py), flat; the kernel reads only the cells with a rule
+        self._gaps = compile_timing_table(cfg.timing).reshape(-1)
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
         self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
         self._outputs = _request_outputs(n)
@@ -366,37 +361,36 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     bank_state[:, K.B_HEAD:K.B_HEAD + 2] = -1
     bank_state[:, K.B_TAIL:K.B_TAIL + 2] = -1
     bank_state[:, K.B_BGF] = np.arange(n_bank) // org.banks_per_group
-    words = mask_words(org.banks_per_pseudo_channel)
-    banks = (bank_state.reshape(-1), per(n_pc), per(n_pc), per(n, -1), per(n, -1),
-             np.zeros((n_pc, words), dtype=np.uint64), np.zeros((n_pc, words), dtype=np.uint64),
-             np.zeros((n_pc, 2, words), dtype=np.uint64),
-             per(n_pc, int(K.INF)), flat("closed_head", n_pc, int(K.INF)))
-    # banks: the bank table, queued row hits per pseudo-channel (reads, writes), the links of the per-bank
-    # request lists (next, previous per request), then per pseudo-channel bit masks of the banks with requests
-    # queued, of the banks with a row open and of the banks with row hits queued (reads, writes), and the
-    # earliest ACT of a closed bank with requests by its bank's and bank group's own timing and the oldest
-    # requests at the heads of the closed banks' lists (`bank_timing.recompute_closed`)
-    # each port has its own share of the queues (its own request buffer): room for both, per kind
-    queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
-              np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), per(n_pc), per(n_pc),
-              per(n_pc), per(2), flat("port_q", n_pc))
-    qos_counts = per(8)
-    cmd_count = per(K.NCMD)
-    # served per port, reservation tokens and their update time per pseudo-channel
-    qos = (flat("served", n_pc), per(n_pc), per(n_pc), qos_counts)
+    # one row of state per pseudo-channel (columns: controller/codes.py PC_*)
+    pc_state = flat("pstate", n_pc).reshape(n_pc, K.PC_COLUMNS)
+    pc_state[:, K.PC_CLOSED_ACT] = K.INF  # no closed bank with requests: no ACT bound, no list heads
+    pc_state[:, K.PC_CLOSED_HEAD:K.PC_CLOSED_HEAD + 2] = K.INF
+    pc_state[:, K.PC_RR_PTR] = org.banks_per_pseudo_channel - 1  # round robin starts at bank 0
     ref_due = _initial_refresh_due(cfg)
     # every channel wakes for its first refresh even if no request ever reaches it
     chan_next = per(org.n_channels, int(K.INF))
-    pc_next = per(n_pc, int(K.INF))
+    pc_state[:, K.PC_NEXT] = K.INF
     if c.refresh != "none":
         chan_next[:] = ref_due.reshape(org.n_channels, -1).min(axis=1)
-        pc_next[:] = ref_due.reshape(n_pc, -1).min(axis=1)
-    # round-robin scheduler: per pseudo-channel, the bank whose turn it was last
-    rr_ptr = per(n_pc, org.banks_per_pseudo_channel - 1)
-    refresh = (ref_due, per(n_rank), *qos, chan_next, pc_next, rr_ptr, cmd_count)
+        pc_state[:, K.PC_NEXT] = ref_due.reshape(n_pc, -1).min(axis=1)
+    # the links of the per-bank request lists (next, previous per request), then per pseudo-channel bit masks of
+    # the banks with requests queued, of the banks with a row open and of the banks with row hits queued (reads,
+    # writes), flat: rows of the masks' 64-bit words (a row per pseudo-channel; per pseudo-channel and kind for hits)
+    words = mask_words(org.banks_per_pseudo_channel)
+    banks = (bank_state.reshape(-1), pc_state.reshape(-1), per(n, -1), per(n, -1),
+             np.zeros(n_pc * words, dtype=np.uint64), np.zeros(n_pc * words, dtype=np.uint64),
+             np.zeros(n_pc * 2 * words, dtype=np.uint64))
+    # the bank-queue variant's transaction queues; each port has its own share (its own request buffer): room for
+    # both, per kind. Then where each port stands in its trace order
+    port_ptr = per(2)
+    queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64),
+              np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), port_ptr)
+    qos_counts = per(8)
+    cmd_count = per(K.NCMD)
+    refresh = (ref_due, per(n_rank), qos_counts, chan_next, cmd_count)
     return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
                                                                          "cmd_count": cmd_count,
-                                                                         "port_ptr": queues[7]}
+                                                                         "port_ptr": port_ptr}
 
 
 def _log_arrays(capacity: int) -> tuple[np.ndarray, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import textwrap
 
 import numpy as np
@@ -12,9 +13,9 @@ from numba import njit
 
 from archsim.config.memory import memory_config_from_preset
 from archsim.controller import bank_timing, kernel, request_lists
-from archsim.controller.codes import BANK_COLUMNS, FLAT_ARRAYS, GAP_COLUMNS, NCMD
+from archsim.controller.codes import BANK_COLUMNS, FLAT_ARRAYS, NCMD
 from archsim.controller.index_lowering import kernel_helper, lowered_code, with_lowered_indexing
-from archsim.memory import MemorySession, _kernel_state
+from archsim.memory import MemorySession, _kernel_state, mask_words
 
 ROW = 1  # a module constant: left as it is, like the kernel's codes
 
@@ -69,15 +70,33 @@ def test_an_array_of_flat_rows_is_indexed_row_times_length_plus_column(compile_i
 def _gap_sum(gaps, level, cmds):
     total = 0
     for k in range(cmds.shape[0]):
-        total += gaps[level, cmds[k], NCMD] * 100 + gaps[level + 1, cmds[k], k]
+        total += gaps[level, cmds[k], NCMD - 1] * 100 + gaps[level + 1, cmds[k], k]
     return total
 
 
 def test_a_flat_array_of_three_dimensions_is_indexed_in_row_major_order():
-    table = np.arange(5 * NCMD * GAP_COLUMNS, dtype=np.int64).reshape(5, NCMD, GAP_COLUMNS)
+    table = np.arange(5 * NCMD * NCMD, dtype=np.int64).reshape(5, NCMD, NCMD)
     cmds = np.array([0, 3, 8, 2], dtype=np.int64)
     lowered = njit(with_lowered_indexing(_gap_sum, "_gap_sum_lowered"))
     assert lowered(table.reshape(-1), 2, cmds) == _gap_sum(table, 2, cmds)
+
+
+def _hit_words(hmask, pcs, kind, words):
+    total = np.uint64(0)
+    for k in range(pcs.shape[0]):
+        for word in range(words):
+            total ^= hmask[pcs[k], kind, word] << np.uint64(k)
+    return total
+
+
+@pytest.mark.parametrize("words", [1, 3])
+def test_a_row_length_given_by_name_is_the_variable_of_that_name(words):
+    assert FLAT_ARRAYS["hmask"] == (2, "words")
+    masks = np.random.default_rng(words).integers(0, 2**63, (4, 2, words)).astype(np.uint64)
+    pcs = np.array([3, 0, 2], dtype=np.int64)
+    lowered = njit(with_lowered_indexing(_hit_words, "_hit_words_lowered"))
+    for kind in range(2):
+        assert lowered(masks.reshape(-1), pcs, kind, words) == _hit_words(masks, pcs, kind, words)
 
 
 def _one_bank_row(bstate, gb):
@@ -136,15 +155,18 @@ def test_the_kernel_gets_the_arrays_of_flat_rows_flat_and_the_others_as_built(pr
     state, _ = _kernel_state(memory_config_from_preset(preset), 100)
     assert len(names) == len(state)
     arrays = dict(zip(names, state, strict=True))
-    assert set(FLAT_ARRAYS) - {"gaps"} <= set(arrays)
-    for name, inner in FLAT_ARRAYS.items():
-        if name != "gaps":  # an argument of its own
-            assert arrays[name].ndim == 1 and arrays[name].size % np.prod(inner) == 0, name
+    assert set(FLAT_ARRAYS) - {"gaps", "bank_mask"} <= set(arrays)
     cfg = memory_config_from_preset(preset)
+    words = mask_words(cfg.organization.banks_per_pseudo_channel)
+    for name, inner in FLAT_ARRAYS.items():
+        if name not in ("gaps", "bank_mask"):  # an argument of its own; a helper's name for any bank mask
+            row = math.prod(words if length == "words" else length for length in inner)
+            assert arrays[name].ndim == 1 and arrays[name].size % row == 0, name
     assert arrays["bstate"].size == BANK_COLUMNS * cfg.organization.n_banks
-    assert arrays["hmask"].ndim == 3 and arrays["rq"].ndim == 2  # rows of run-time length stay as they are
+    assert arrays["hmask"].size == cfg.organization.n_pseudo_channels * 2 * words
+    assert arrays["rq"].ndim == 2  # rows of run-time length not named in FLAT_ARRAYS stay as they are
     session = MemorySession(cfg, np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint8))
-    assert session._gaps.shape == (5 * NCMD * GAP_COLUMNS,)
+    assert session._gaps.shape == (5 * NCMD * NCMD,)
 
 
 def test_a_helper_module_must_import_numpy_as_np():

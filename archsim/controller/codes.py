@@ -44,10 +44,24 @@ B_HEAD, B_TAIL, B_CNT = 9, 11, 13
 B_BGF = 15
 BANK_COLUMNS = 16
 
+# columns of the per-pseudo-channel state table, `pstate[pseudo-channel, column]`: queued row hits by kind; over the
+# closed banks with requests, the earliest ACT by their own timing and the oldest request at the head of their
+# read and write lists (`bank_timing.recompute_closed`); read and write queue lengths and how many of each are not
+# in a bank queue yet; the write drain (watermarks: 1 while draining; batch drains: the writes left); the requests
+# queued per kind and port (read host, read pnm, write host, write pnm) and column commands served per port;
+# reservation tokens and the cycle they were updated; the cycle before which nothing can happen here; the bank
+# whose turn it was last (round robin)
+PC_HITS_R, PC_HITS_W, PC_CLOSED_ACT, PC_CLOSED_HEAD = 0, 1, 2, 3
+PC_RQ_LEN, PC_RQ_UNMOVED, PC_WQ_LEN, PC_WQ_UNMOVED, PC_DRAINING, PC_PORT_Q = 5, 6, 7, 8, 9, 10
+PC_SERVED, PC_TOKENS, PC_TOKEN_T, PC_NEXT, PC_RR_PTR = 14, 16, 17, 18, 19
+PC_COLUMNS = 20
+
 FAW_ACTS = 4  # activations a tFAW window holds: `faw[rank, slot]` keeps the cycles of the last ones
-GAP_COLUMNS = NCMD + 3  # a row of the gap table: the gap to each next command, then the three group flags
 # The arrays whose dimensions after the first are constants reach the kernel flat; its source still indexes
-# them `[row, column]`, which `index_lowering` compiles as `row * length + column` with the length a constant
+# them `[row, column]`, which `index_lowering` compiles as `row * length + column` with the length a constant.
+# A length given by name is the variable of that name where the array is indexed: the bank masks' 64-bit words
+# per row, `words`, a constant in a kernel compiled for its shape (the masks' `bank_mask` inside `set_bank_bit`)
 FLAT_ARRAYS = {"bstate": (BANK_COLUMNS,), "nxt_bank": (NCMD,), "nxt_bg": (NCMD,), "nxt_rank": (NCMD,),
-               "nxt_pc": (NCMD,), "faw": (FAW_ACTS,), "closed_head": (2,), "port_q": (4,), "served": (2,),
-               "gaps": (NCMD, GAP_COLUMNS)}
+               "nxt_pc": (NCMD,), "faw": (FAW_ACTS,), "pstate": (PC_COLUMNS,),
+               "gaps": (NCMD, NCMD), "amask": ("words",), "omask": ("words",), "hmask": (2, "words"),
+               "bank_mask": ("words",)}

@@ -56,8 +56,8 @@ class _LowerIndexing(ast.NodeTransformer):
                                 f"(codes.FLAT_ARRAYS) and must be indexed with {len(inner) + 1} indices")
             flat = node.slice.elts[0]
             for length, index in zip(inner, node.slice.elts[1:], strict=True):
-                flat = ast.BinOp(left=ast.BinOp(left=flat, op=ast.Mult(), right=ast.Constant(length)), op=ast.Add(),
-                                 right=index)
+                step = ast.Constant(length) if isinstance(length, int) else ast.Name(id=length, ctx=ast.Load())
+                flat = ast.BinOp(left=ast.BinOp(left=flat, op=ast.Mult(), right=step), op=ast.Add(), right=index)
             node.slice = _as_unsigned(ast.copy_location(flat, node.slice.elts[0]))
         elif isinstance(node.slice, ast.Tuple):
             node.slice.elts = [_as_unsigned(e) for e in node.slice.elts]
@@ -94,6 +94,6 @@ def with_lowered_indexing(fn: Callable, name: str | None = None,
     return rebuilt
 
 
-def kernel_helper(fn: Callable):
+def kernel_helper(fn: Callable, cache: bool = True):
     """Decorator of the kernel's helpers: `fn` with its indexing lowered, compiled to be inlined into the kernel."""
-    return njit(cache=True, inline="always", error_model="numpy")(with_lowered_indexing(fn))
+    return njit(cache=cache, inline="always", error_model="numpy")(with_lowered_indexing(fn))

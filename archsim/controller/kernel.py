@@ -7,7 +7,7 @@ Per pseudo-channel: an age-ordered read queue and write queue. With `bank_queue_
 are transaction queues that feed per-bank command queues one request per cycle (DRAMSim3's structure):
 only requests moved into a bank queue are schedulable. Per channel: one row-command and one
 column-command slot per cycle, shared by its pseudo-channels (HBM's separate row and column buses).
-Each pseudo-channel keeps a bound before which nothing can happen in it (`pc_next`): the earliest issue
+Each pseudo-channel keeps a bound before which nothing can happen in it (`PC_NEXT`): the earliest issue
 time of a queued request's next command, a refresh deadline, or the cycle after it issued or moved a
 request. A channel is visited when its earliest pseudo-channel bound comes, and the visit evaluates only
 the pseudo-channels whose bound has come; one displaced from a shared command bus tries again next cycle.
@@ -99,6 +99,21 @@ from archsim.controller.codes import (
     P_W0,
     P_W1,
     P_WQ,
+    PC_CLOSED_ACT,
+    PC_CLOSED_HEAD,
+    PC_DRAINING,
+    PC_HITS_R,
+    PC_HITS_W,
+    PC_NEXT,
+    PC_PORT_Q,
+    PC_RQ_LEN,
+    PC_RQ_UNMOVED,
+    PC_RR_PTR,
+    PC_SERVED,
+    PC_TOKEN_T,
+    PC_TOKENS,
+    PC_WQ_LEN,
+    PC_WQ_UNMOVED,
     POL_CLOSED,
     POL_OPEN_CAP,
     POL_TIMEOUT,
@@ -151,9 +166,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
      port_idx, port_end) = inputs
     accept, ready, done, klass, bank_conflict = outputs
     (nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos,
-     bstate, hsum_r, hsum_w, bnext, bprev, amask, omask, hmask, closed_act, closed_head,
-     rq, rq_len, rq_unmoved, wq, wq_len, wq_unmoved, draining, port_ptr, port_q,
-     ref_due, ref_ptr, served, tokens, token_t, qos_counts, chan_next, pc_next, rr_ptr, cmd_count) = state
+     bstate, pstate, bnext, bprev, amask, omask, hmask, rq, wq, port_ptr,
+     ref_due, ref_ptr, qos_counts, chan_next, cmd_count) = state
     log_cycle, log_cmd, log_pc, log_bank, log_row = log
     # a constant of each compiled variant (see `compiled_kernel`): the plain kernel carries none of the code of the
     # features the defaults leave off (fewer live values, fewer spills)
@@ -180,7 +194,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
     timeout = prm[P_TIMEOUT]
     high = prm[P_HIGH]
     low = prm[P_LOW]
-    # -1: watermarks; >= 0: batch drains (draining[pc] counts the writes left)
+    # -1: watermarks; >= 0: batch drains (pstate[pc, PC_DRAINING] counts the writes left)
     idle_drain = prm[P_IDLE] if general else -1
     refresh = prm[P_REFRESH]
     hold_cols = general and prm[P_REFHOLD] != 0  # a due refresh holds its rank's (bank's) column commands too
@@ -204,7 +218,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
     rcap = prm[P_RCAP]
     agecap = prm[P_AGECAP] if general else 0
     ordered = arb != ARB_SHARED or agecap > 0  # False: the oldest request is always first
-    words = FIXED_WORDS if FIXED_WORDS > 0 else amask.shape[1]  # 64-bit words of a bank mask
+    words = FIXED_WORDS if FIXED_WORDS > 0 else (bpp + 63) >> 6  # 64-bit words of a bank mask
     bankq = bqd > 0
 
     t = scal[S_T]
@@ -242,9 +256,9 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 pc = req_pc[idx]
                 is_w = req_write[idx] != 0
                 if bankq:
-                    full = (wq_unmoved[pc] if is_w else rq_unmoved[pc]) >= (wqd if is_w else rqd)
+                    full = (pstate[pc, PC_WQ_UNMOVED] if is_w else pstate[pc, PC_RQ_UNMOVED]) >= (wqd if is_w else rqd)
                 else:
-                    full = port_q[pc, (2 if is_w else 0) + port] >= (wqd if is_w else rqd)
+                    full = pstate[pc, PC_PORT_Q + (2 if is_w else 0) + port] >= (wqd if is_w else rqd)
                 if full:
                     port_blocked[port] = 1
                     break
@@ -268,7 +282,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     a = req_addr[idx]
                     hit = False
                     if bankq:
-                        for j in range(wq_len[pc]):
+                        for j in range(pstate[pc, PC_WQ_LEN]):
                             if req_addr[wq[pc, j]] == a:
                                 hit = True
                                 break
@@ -290,35 +304,35 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     ready[idx] = INF
                 else:
                     ready[idx] = t + delay
-                    link(idx, gb, pc, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp)
+                    link(idx, gb, pc, 1 if is_w else 0, bstate, bnext, bprev, amask, bpp, words)
                     if orow < 0:
-                        note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg)
-                port_q[pc, (2 if is_w else 0) + port] += 1
+                        note_closed(pstate, pc, gb, bstate, nxt_bank, nxt_bg)
+                pstate[pc, PC_PORT_Q + (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
-                        wq[pc, wq_len[pc]] = idx  # transaction queue order feeds the bank queues
-                    wq_len[pc] += 1
-                    wq_unmoved[pc] += 1
+                        wq[pc, pstate[pc, PC_WQ_LEN]] = idx  # transaction queue order feeds the bank queues
+                    pstate[pc, PC_WQ_LEN] += 1
+                    pstate[pc, PC_WQ_UNMOVED] += 1
                     if orow == row and not bankq:
-                        add_hit(gb, pc, 1, 1, bstate, hsum_w, hmask, bpp)
+                        add_hit(gb, pc, 1, 1, bstate, pstate, hmask, bpp, words)
                     if posted:
                         done[idx] = t
                 else:
                     if bankq:
-                        rq[pc, rq_len[pc]] = idx
-                    rq_len[pc] += 1
-                    rq_unmoved[pc] += 1
+                        rq[pc, pstate[pc, PC_RQ_LEN]] = idx
+                    pstate[pc, PC_RQ_LEN] += 1
+                    pstate[pc, PC_RQ_UNMOVED] += 1
                     if orow == row and not bankq:
-                        add_hit(gb, pc, 0, 1, bstate, hsum_r, hmask, bpp)
+                        add_hit(gb, pc, 0, 1, bstate, pstate, hmask, bpp, words)
                 bstate[gb, B_PEND] += 1
                 if queued == 0:
                     last_col_t = t  # the watchdog counts from the first request of a busy spell
                 queued += 1
                 # when must the channel look at this request? One that may change which queue is served (drain
                 # watermarks) is looked at at once; a read otherwise can act no earlier than its bank allows.
-                if bankq or is_w or (rq_len[pc] == 1 and wq_len[pc] > 0):
+                if bankq or is_w or (pstate[pc, PC_RQ_LEN] == 1 and pstate[pc, PC_WQ_LEN] > 0):
                     wake = t
-                elif draining[pc]:
+                elif pstate[pc, PC_DRAINING]:
                     wake = t + delay
                 else:
                     wake = t + delay
@@ -338,14 +352,14 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 ch = quotient(pc, pcs, sh_pcs)
                 if chan_next[ch] > wake:
                     chan_next[ch] = wake
-                if pc_next[pc] > wake:
-                    pc_next[pc] = wake
+                if pstate[pc, PC_NEXT] > wake:
+                    pstate[pc, PC_NEXT] = wake
 
         if idle_drain >= 0 and ptr >= n_req and not tail_drain_woken:
             tail_drain_woken = True  # the last request is in: writes held below the threshold may drain now
             for pc in range(nch * pcs):
-                if wq_len[pc] > 0:
-                    pc_next[pc] = t
+                if pstate[pc, PC_WQ_LEN] > 0:
+                    pstate[pc, PC_NEXT] = t
                     chan_next[quotient(pc, pcs, sh_pcs)] = t
         # ---- channels due at t
         n_loops += 1
@@ -374,59 +388,60 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
             row_rr = 0
             for p in range(pcs):
                 pc = ch * pcs + p
-                if pc_next[pc] > t and not tick:
+                if pstate[pc, PC_NEXT] > t and not tick:
                     continue  # nothing can happen in this pseudo-channel yet: its bound stands
                 nt = INF
                 base = pc * bpp
                 if idle_drain >= 0:
                     # batch drains: at the high watermark, or above the threshold with no command queued; a
                     # drain serves the writes present at its start, and writes move only in drains
-                    if draining[pc] == 0:
-                        queued_cmds = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc] if bankq \
-                            else rq_len[pc]
+                    if pstate[pc, PC_DRAINING] == 0:
+                        queued_cmds = pstate[pc, PC_RQ_LEN]
+                        if bankq:
+                            queued_cmds += pstate[pc, PC_WQ_LEN] - pstate[pc, PC_RQ_UNMOVED] - pstate[pc, PC_WQ_UNMOVED]
                         # after the last request, the writes left below the threshold drain too (DRAMSim3 would
                         # hold them forever; posted, they change no statistic, and the run must end)
                         # the write buffer holds the writes not yet moved to a bank queue (wq_len also counts
                         # moved ones, which a drain cannot move again: counting them would never end the drain)
-                        buffered = wq_unmoved[pc]
+                        buffered = pstate[pc, PC_WQ_UNMOVED]
                         if buffered >= high or (queued_cmds == 0 and (buffered > idle_drain or
                                                                       (ptr >= n_req and buffered > 0))):
-                            draining[pc] = buffered
-                    use_w = draining[pc] > 0
+                            pstate[pc, PC_DRAINING] = buffered
+                    use_w = pstate[pc, PC_DRAINING] > 0
                 else:
                     # write-drain mode with watermarks; writes are also served when no read waits
-                    if draining[pc] > 0:
-                        if wq_len[pc] <= low:
-                            draining[pc] = 0
-                    elif wq_len[pc] >= high:
-                        draining[pc] = 1
-                    use_w = draining[pc] > 0 or (rq_len[pc] == 0 and wq_len[pc] > 0)
+                    if pstate[pc, PC_DRAINING] > 0:
+                        if pstate[pc, PC_WQ_LEN] <= low:
+                            pstate[pc, PC_DRAINING] = 0
+                    elif pstate[pc, PC_WQ_LEN] >= high:
+                        pstate[pc, PC_DRAINING] = 1
+                    use_w = pstate[pc, PC_DRAINING] > 0 or (pstate[pc, PC_RQ_LEN] == 0 and pstate[pc, PC_WQ_LEN] > 0)
                 favored = -1
                 if arb == ARB_PRIORITY_HOST:
                     favored = 0
                 elif arb == ARB_PRIORITY_PNM:
                     favored = 1
                 elif arb == ARB_WRR:
-                    favored = 0 if served[pc, 0] * w1 <= served[pc, 1] * w0 else 1
+                    favored = 0 if pstate[pc, PC_SERVED] * w1 <= pstate[pc, PC_SERVED + 1] * w0 else 1
                 elif arb == ARB_RESERVE:
-                    v = tokens[pc] + (t - token_t[pc]) * rrate
-                    tokens[pc] = v if v < rcap else rcap
-                    token_t[pc] = t
-                    if tokens[pc] >= TOKEN:
+                    v = pstate[pc, PC_TOKENS] + (t - pstate[pc, PC_TOKEN_T]) * rrate
+                    pstate[pc, PC_TOKENS] = v if v < rcap else rcap
+                    pstate[pc, PC_TOKEN_T] = t
+                    if pstate[pc, PC_TOKENS] >= TOKEN:
                         favored = rsrc
                 if bankq:
                     if use_w:
-                        moved_gb = move_one(wq, wq_len, wq_unmoved, pc, base, bqd, t, bstate, hsum_w, hmask,
-                                            req_bank, req_row, ready, 1, bnext, bprev, amask, bpp)
+                        moved_gb = move_one(wq, pstate, PC_WQ_LEN, PC_WQ_UNMOVED, pc, base, bqd, t, bstate, hmask,
+                                            req_bank, req_row, ready, 1, bnext, bprev, amask, bpp, words)
                     else:
-                        moved_gb = move_one(rq, rq_len, rq_unmoved, pc, base, bqd, t, bstate, hsum_r, hmask,
-                                            req_bank, req_row, ready, 0, bnext, bprev, amask, bpp)
+                        moved_gb = move_one(rq, pstate, PC_RQ_LEN, PC_RQ_UNMOVED, pc, base, bqd, t, bstate, hmask,
+                                            req_bank, req_row, ready, 0, bnext, bprev, amask, bpp, words)
                     moved = moved_gb >= 0
                     if moved and bstate[moved_gb, B_OPEN] < 0:
-                        note_closed(closed_act, closed_head, pc, moved_gb, bstate, nxt_bank, nxt_bg)
+                        note_closed(pstate, pc, moved_gb, bstate, nxt_bank, nxt_bg)
                     if moved and use_w and idle_drain >= 0:
-                        draining[pc] -= 1
-                    if moved or rq_unmoved[pc] + wq_unmoved[pc] > 0:
+                        pstate[pc, PC_DRAINING] -= 1
+                    if moved or pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_UNMOVED] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
                 # ---- refresh: a due rank blocks activations and takes the row bus first
                 ref_block_rank = -1
@@ -456,7 +471,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         if e <= t:
                             if not row_is_ref:
                                 if row_pc >= 0:
-                                    pc_next[row_pc] = t + 1  # displaced: it tries again next cycle
+                                    pstate[row_pc, PC_NEXT] = t + 1  # displaced: it tries again next cycle
                                 row_pc = pc
                                 row_cmd = cmd
                                 row_bank = tb
@@ -478,24 +493,25 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 act_key = INF  # round-robin: the first ready ACT and the first two ready PREs in turn order
                 pre_key = INF
                 pre_key2 = INF
-                ptr_rr = rr_ptr[pc]
+                ptr_rr = pstate[pc, PC_RR_PTR]
                 ready_pre = 0
                 ready_act = 0
                 nt_closed = INF  # wake-up bounds from closed banks' ACTs
                 cb_r = INF
                 cb_w = INF
                 if bankq:
-                    n_hits = hsum_r[pc] + hsum_w[pc]
-                    n_sched = rq_len[pc] - rq_unmoved[pc] + wq_len[pc] - wq_unmoved[pc]
+                    n_hits = pstate[pc, PC_HITS_R] + pstate[pc, PC_HITS_W]
+                    n_sched = (pstate[pc, PC_RQ_LEN] - pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_LEN]
+                               - pstate[pc, PC_WQ_UNMOVED])
                     cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
                     cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                 elif use_w:
-                    n_hits = hsum_w[pc]
-                    n_sched = wq_len[pc]
+                    n_hits = pstate[pc, PC_HITS_W]
+                    n_sched = pstate[pc, PC_WQ_LEN]
                     cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc)
                 else:
-                    n_hits = hsum_r[pc]
-                    n_sched = rq_len[pc]
+                    n_hits = pstate[pc, PC_HITS_R]
+                    n_sched = pstate[pc, PC_RQ_LEN]
                     cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc)
                 cb = min(cb_r, cb_w)
                 want_col = n_hits > 0
@@ -650,12 +666,12 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     # while an ACT may issue; otherwise they bound the wake-up by the shared ACT bound and their banks'
                     # and bank groups' own. A closed bank has no row hits: its oldest request wants an ACT.
                     if want_row and ab > t:
-                        v = max(ab, closed_act[pc])
+                        v = max(ab, pstate[pc, PC_CLOSED_ACT])
                         if v < nt:
                             nt = v
                     elif want_row:
                         # by age alone, the oldest request at a closed bank wins if it may activate: no scan
-                        idx = min(closed_head[pc, k_lo], closed_head[pc, k_hi - 1])
+                        idx = min(pstate[pc, PC_CLOSED_HEAD + k_lo], pstate[pc, PC_CLOSED_HEAD + k_hi - 1])
                         oldest_may_act = False
                         if not ordered and not rr and idx < INF:
                             gb = req_gb[idx]
@@ -749,7 +765,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 if best_col >= 0:
                     if best_col_key < col_age:
                         if col_pc >= 0:
-                            pc_next[col_pc] = t + 1
+                            pstate[col_pc, PC_NEXT] = t + 1
                         col_pc = pc
                         col_rr = rr_next
                         col_i = best_col
@@ -765,7 +781,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         age = best_row_key if best_row >= 0 else INF - 1
                         if age < row_age:
                             if row_pc >= 0:
-                                pc_next[row_pc] = t + 1  # displaced (an earlier pseudo-channel)
+                                pstate[row_pc, PC_NEXT] = t + 1  # displaced (an earlier pseudo-channel)
                             row_pc = pc
                             row_rr = rr_next
                             row_age = age
@@ -779,49 +795,49 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                 row_bank = timeout_bank
                         else:
                             nt = t + 1
-                pc_next[pc] = nt
+                pstate[pc, PC_NEXT] = nt
 
             # ---- column command
             if col_pc >= 0:
                 pc = col_pc
-                nt = pc_next[pc]
+                nt = pstate[pc, PC_NEXT]
                 idx = col_i
                 if not bankq:
                     if col_w:
-                        wq_len[pc] -= 1
+                        pstate[pc, PC_WQ_LEN] -= 1
                     else:
-                        rq_len[pc] -= 1
+                        pstate[pc, PC_RQ_LEN] -= 1
                 elif col_w:
-                    for j in range(wq_len[pc]):
+                    for j in range(pstate[pc, PC_WQ_LEN]):
                         if wq[pc, j] == idx:
-                            remove_at(wq, wq_len, pc, j)
+                            remove_at(wq, pstate, PC_WQ_LEN, pc, j)
                             break
                 else:
-                    for j in range(rq_len[pc]):
+                    for j in range(pstate[pc, PC_RQ_LEN]):
                         if rq[pc, j] == idx:
-                            remove_at(rq, rq_len, pc, j)
+                            remove_at(rq, pstate, PC_RQ_LEN, pc, j)
                             break
                 b = req_bank[idx]
                 gb = pc * bpp + b
                 rf = req_rf[idx]
                 bgf = req_bgf[idx]
-                unlink(idx, gb, pc, 1 if col_w else 0, bstate, bnext, bprev, amask, bpp)
+                unlink(idx, gb, pc, 1 if col_w else 0, bstate, bnext, bprev, amask, bpp, words)
                 apply_command(col_cmd, t, gb, bgf, rf, pc, ranks, gaps, nxt_bank, nxt_bg, nxt_rank, nxt_pc)
                 cmd_count[col_cmd] += 1
                 last_col_t = t
-                rr_ptr[pc] = col_rr
+                pstate[pc, PC_RR_PTR] = col_rr
                 if col_w:
                     end = t + cwl + burst
-                    add_hit(gb, pc, 1, -1, bstate, hsum_w, hmask, bpp)
+                    add_hit(gb, pc, 1, -1, bstate, pstate, hmask, bpp, words)
                     if not bankq:
-                        wq_unmoved[pc] -= 1
+                        pstate[pc, PC_WQ_UNMOVED] -= 1
                     if not posted:
                         done[idx] = end
                 else:
                     end = t + cl + burst
-                    add_hit(gb, pc, 0, -1, bstate, hsum_r, hmask, bpp)
+                    add_hit(gb, pc, 0, -1, bstate, pstate, hmask, bpp, words)
                     if not bankq:
-                        rq_unmoved[pc] -= 1
+                        pstate[pc, PC_RQ_UNMOVED] -= 1
                     done[idx] = end
                 if bankq:
                     bstate[gb, B_WIN] -= 1
@@ -830,18 +846,18 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 if klass[idx] < 0:
                     klass[idx] = C_HIT
                 src = req_src[idx]
-                served[pc, src] += 1
-                port_q[pc, (2 if col_w else 0) + src] -= 1
-                if arb == ARB_RESERVE and src == rsrc and tokens[pc] >= TOKEN:
-                    tokens[pc] -= TOKEN
+                pstate[pc, PC_SERVED + src] += 1
+                pstate[pc, PC_PORT_Q + (2 if col_w else 0) + src] -= 1
+                if arb == ARB_RESERVE and src == rsrc and pstate[pc, PC_TOKENS] >= TOKEN:
+                    pstate[pc, PC_TOKENS] -= TOKEN
                 bstate[gb, B_PEND] -= 1
                 bstate[gb, B_COLS] += 1
                 bstate[gb, B_LASTCOL] = t
                 if col_cmd in (RDA, WRA):
                     bstate[gb, B_OPEN] = -1
-                    set_bank_bit(omask, pc, b, False)
-                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                    note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg)
+                    set_bank_bit(omask, pc, b, False, words)
+                    set_hits(gb, pc, 0, 0, bstate, pstate, hmask, bpp, words)
+                    note_closed(pstate, pc, gb, bstate, nxt_bank, nxt_bg)
                 if logging:
                     log_command(col_cmd, t, pc, b, req_row[idx], scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 queued -= 1
@@ -849,7 +865,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 # next visit: more hits wait for the data bus; a bank left without hits may precharge or activate
                 if policy == POL_TIMEOUT and t + timeout < nt:
                     nt = t + timeout  # this row may time out
-                if hsum_r[pc] + hsum_w[pc] > 0:
+                if pstate[pc, PC_HITS_R] + pstate[pc, PC_HITS_W] > 0:
                     # the next column command: the data bus (tCCD) and each hit's own bank (tRCD, tCCD_L)
                     cb_r = col_bound(RD, pc, ranks, nxt_rank, nxt_pc) if bankq or not col_w else INF
                     cb_w = col_bound(WR, pc, ranks, nxt_rank, nxt_pc) if bankq or col_w else INF
@@ -862,26 +878,27 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         nt = v
                 # the queue served next may change (drain watermarks): look again next cycle
                 if col_w:
-                    if idle_drain >= 0 and not bankq and draining[pc] > 0:
-                        draining[pc] -= 1
-                        if draining[pc] == 0:
+                    if idle_drain >= 0 and not bankq and pstate[pc, PC_DRAINING] > 0:
+                        pstate[pc, PC_DRAINING] -= 1
+                        if pstate[pc, PC_DRAINING] == 0:
                             nt = t + 1
-                    if (idle_drain < 0 and draining[pc] > 0 and wq_len[pc] <= low) or wq_len[pc] == 0:
+                    wq_left = pstate[pc, PC_WQ_LEN]
+                    if (idle_drain < 0 and pstate[pc, PC_DRAINING] > 0 and wq_left <= low) or wq_left == 0:
                         nt = t + 1
-                elif rq_len[pc] == 0 and wq_len[pc] > 0:
+                elif pstate[pc, PC_RQ_LEN] == 0 and pstate[pc, PC_WQ_LEN] > 0:
                     nt = t + 1
                 if fcfs:
                     nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
-                pc_next[pc] = nt
+                pstate[pc, PC_NEXT] = nt
                 # the column command may have moved the gates of a row command picked in the same cycle
                 if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bpr, sh_bpr, bpp, bstate,
                                                  nxt_bank, nxt_bg, nxt_rank, nxt_pc, faw, faw_pos, tfaw) > t:
-                    pc_next[row_pc] = t + 1
+                    pstate[row_pc, PC_NEXT] = t + 1
                     row_pc = -1
             # ---- row command
             if row_pc >= 0:
                 pc = row_pc
-                nt = pc_next[pc]
+                nt = pstate[pc, PC_NEXT]
                 base = pc * bpp
                 b = row_bank
                 gb = base + b
@@ -894,29 +911,29 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     idx = row_req
                     row = req_row[idx]
                     bstate[gb, B_OPEN] = row
-                    set_bank_bit(omask, pc, b, True)
+                    set_bank_bit(omask, pc, b, True, words)
                     bstate[gb, B_OPENER] = req_src[idx]
                     bstate[gb, B_COLS] = 0
                     faw[rf, faw_pos[rf]] = t
                     faw_pos[rf] = (faw_pos[rf] + 1) % FAW_ACTS
                     set_hits(gb, pc, count_row(gb, 0, row, bstate, bnext, req_row),
-                              count_row(gb, 1, row, bstate, bnext, req_row), bstate, hsum_r, hsum_w, hmask, bpp)
+                              count_row(gb, 1, row, bstate, bnext, req_row), bstate, pstate, hmask, bpp, words)
                     if klass[idx] < 0:
                         klass[idx] = C_MISS
                     # next visit: the new row's hits after tRCD, other activations after tRRD / tFAW
                     v = min(nxt_bank[gb, RD], nxt_bank[gb, WR])
                     if v < nt:
                         nt = v
-                    recompute_closed(closed_act, closed_head, pc, bpp, words, amask, omask, bstate, nxt_bank, nxt_bg)
-                    v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw), closed_act[pc])
+                    recompute_closed(pstate, pc, bpp, words, amask, omask, bstate, nxt_bank, nxt_bg)
+                    v = max(act_bound(pc, ranks, -1, nxt_rank, nxt_pc, faw, faw_pos, tfaw), pstate[pc, PC_CLOSED_ACT])
                     if v < nt:
                         nt = v
                 elif row_cmd == PRE:
                     row = bstate[gb, B_OPEN]
                     bstate[gb, B_OPEN] = -1
-                    set_bank_bit(omask, pc, b, False)
-                    set_hits(gb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                    note_closed(closed_act, closed_head, pc, gb, bstate, nxt_bank, nxt_bg)
+                    set_bank_bit(omask, pc, b, False, words)
+                    set_hits(gb, pc, 0, 0, bstate, pstate, hmask, bpp, words)
+                    note_closed(pstate, pc, gb, bstate, nxt_bank, nxt_bg)
                     if row_req >= 0:
                         if klass[row_req] < 0:
                             klass[row_req] = C_CONFLICT
@@ -931,9 +948,9 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     for bb in range(bpr):
                         gbb = base + r * bpr + bb
                         bstate[gbb, B_OPEN] = -1
-                        set_bank_bit(omask, pc, r * bpr + bb, False)
-                        set_hits(gbb, pc, 0, 0, bstate, hsum_r, hsum_w, hmask, bpp)
-                        note_closed(closed_act, closed_head, pc, gbb, bstate, nxt_bank, nxt_bg)
+                        set_bank_bit(omask, pc, r * bpr + bb, False, words)
+                        set_hits(gbb, pc, 0, 0, bstate, pstate, hmask, bpp, words)
+                        note_closed(pstate, pc, gbb, bstate, nxt_bank, nxt_bg)
                     nt = t + 1
                 elif row_cmd == REF:
                     ref_due[rf] += trefi
@@ -949,24 +966,24 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     log_command(row_cmd, t, pc, b, row, scal, log_cycle, log_cmd, log_pc, log_bank, log_row)
                 cmd_count[row_cmd] += 1
                 if row_req >= 0:
-                    rr_ptr[pc] = row_rr
-                pc_next[pc] = nt
+                    pstate[pc, PC_RR_PTR] = row_rr
+                pstate[pc, PC_NEXT] = nt
             if col_pc < 0 and row_pc < 0:
                 n_idle += 1
             nt = INF
             for p in range(pcs):
                 pc = ch * pcs + p
-                if bankq and rq_unmoved[pc] + wq_unmoved[pc] > 0:
-                    pc_next[pc] = t + 1
+                if bankq and pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_UNMOVED] > 0:
+                    pstate[pc, PC_NEXT] = t + 1
                 if refresh != 0 and (col_pc >= 0 or row_pc >= 0):
                     # a bank closed by auto-precharge drops out of a pending PREA's gate: look again next cycle
                     for r in range(ranks):
                         if ref_due[pc * ranks + r] <= t:
-                            pc_next[pc] = t + 1
-                if pc_next[pc] <= t or tick:
-                    pc_next[pc] = t + 1
-                if pc_next[pc] < nt:
-                    nt = pc_next[pc]
+                            pstate[pc, PC_NEXT] = t + 1
+                if pstate[pc, PC_NEXT] <= t or tick:
+                    pstate[pc, PC_NEXT] = t + 1
+                if pstate[pc, PC_NEXT] < nt:
+                    nt = pstate[pc, PC_NEXT]
             chan_next[ch] = nt
 
         if ptr >= n_req and queued == 0:

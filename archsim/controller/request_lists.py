@@ -7,7 +7,19 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from archsim.controller.codes import AGE_BITS, B_CNT, B_HEAD, B_HITS_R, B_OPEN, B_TAIL, B_WIN, INF, S_LOGOVF, S_NLOG
+from archsim.controller.codes import (
+    AGE_BITS,
+    B_CNT,
+    B_HEAD,
+    B_HITS_R,
+    B_OPEN,
+    B_TAIL,
+    B_WIN,
+    INF,
+    PC_HITS_R,
+    S_LOGOVF,
+    S_NLOG,
+)
 from archsim.controller.index_lowering import kernel_helper
 
 
@@ -26,37 +38,38 @@ def log_command(cmd, t, pc, bank, row, scal, log_cycle, log_cmd, log_pc, log_ban
 
 
 @kernel_helper
-def remove_at(queue, qlen, pc, i):
-    n = qlen[pc]
+def remove_at(queue, pstate, length_column, pc, i):
+    n = pstate[pc, length_column]
     for j in range(i, n - 1):
         queue[pc, j] = queue[pc, j + 1]
-    qlen[pc] = n - 1
+    pstate[pc, length_column] = n - 1
 
 
 @kernel_helper
-def set_bank_bit(mask, pc, bb, on):
-    """Set or clear bank `bb`'s bit (within its pseudo-channel `pc`) in a bank mask (queued requests, open rows;
-    the row hits of one kind are `hmask[pc]` with the kind in place of `pc`)."""
+def set_bank_bit(bank_mask, row, bb, on, words):
+    """Set or clear bank `bb`'s bit (within its pseudo-channel) in row `row` of a flat bank mask of `words` words
+    a row: the queued requests' and open rows' masks have a row per pseudo-channel `pc`, the row-hit mask one per
+    pseudo-channel and kind, `pc * 2 + kind`."""
     bit = np.uint64(1) << np.uint64(bb & 63)
     if on:
-        mask[pc, bb >> 6] |= bit
+        bank_mask[row, bb >> 6] |= bit
     else:
-        mask[pc, bb >> 6] &= ~bit
+        bank_mask[row, bb >> 6] &= ~bit
 
 
 @kernel_helper
-def add_hit(gb, pc, kind, delta, bstate, hsum, hmask, bpp):
+def add_hit(gb, pc, kind, delta, bstate, pstate, hmask, bpp, words):
     """Count one queued row hit of `kind` more (`delta` 1) or less (-1) at bank `gb` of pseudo-channel `pc`."""
     bstate[gb, B_HITS_R + kind] += delta
-    hsum[pc] += delta
-    set_bank_bit(hmask[pc], kind, gb - pc * bpp, bstate[gb, B_HITS_R + kind] > 0)
+    pstate[pc, PC_HITS_R + kind] += delta
+    set_bank_bit(hmask, pc * 2 + kind, gb - pc * bpp, bstate[gb, B_HITS_R + kind] > 0, words)
 
 
 @kernel_helper
-def link(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
+def link(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp, words):
     """Append request `idx` to bank `gb` (of pseudo-channel `pc`)'s age-ordered list of kind `k` (0 read, 1 write)."""
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
-        set_bank_bit(amask, pc, gb - pc * bpp, True)
+        set_bank_bit(amask, pc, gb - pc * bpp, True, words)
     tail = bstate[gb, B_TAIL + k]
     bprev[idx] = tail
     bnext[idx] = -1
@@ -69,7 +82,7 @@ def link(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
 
 
 @kernel_helper
-def unlink(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
+def unlink(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp, words):
     before = bprev[idx]
     after = bnext[idx]
     if before >= 0:
@@ -82,7 +95,7 @@ def unlink(idx, gb, pc, k, bstate, bnext, bprev, amask, bpp):
         bstate[gb, B_TAIL + k] = before
     bstate[gb, B_CNT + k] -= 1
     if bstate[gb, B_CNT] + bstate[gb, B_CNT + 1] == 0:
-        set_bank_bit(amask, pc, gb - pc * bpp, False)
+        set_bank_bit(amask, pc, gb - pc * bpp, False, words)
 
 
 @intrinsic
@@ -155,10 +168,10 @@ def first_request(gb, k_lo, k_hi, row, for_row, t, bstate, bnext, req_row, req_s
 
 
 @kernel_helper
-def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, hmask, req_bank, req_row, ready, kind,
-              bnext, bprev, amask, bpp):
+def move_one(queue, pstate, length_column, unmoved_column, pc, base, bqd, t, bstate, hmask, req_bank, req_row,
+             ready, kind, bnext, bprev, amask, bpp, words):
     """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
-    for j in range(qlen[pc]):
+    for j in range(pstate[pc, length_column]):
         idx = queue[pc, j]
         if ready[idx] < INF:
             continue
@@ -166,9 +179,9 @@ def move_one(queue, qlen, unmoved, pc, base, bqd, t, bstate, hsum, hmask, req_ba
         if bstate[gb, B_WIN] < bqd:
             bstate[gb, B_WIN] += 1
             ready[idx] = t + 1
-            link(idx, gb, pc, kind, bstate, bnext, bprev, amask, bpp)
-            unmoved[pc] -= 1
+            link(idx, gb, pc, kind, bstate, bnext, bprev, amask, bpp, words)
+            pstate[pc, unmoved_column] -= 1
             if bstate[gb, B_OPEN] == req_row[idx]:
-                add_hit(gb, pc, kind, 1, bstate, hsum, hmask, bpp)
+                add_hit(gb, pc, kind, 1, bstate, pstate, hmask, bpp, words)
             return gb
     return -1

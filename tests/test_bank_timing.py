@@ -1,0 +1,57 @@
+"""The generated timing update (archsim.controller.bank_timing.apply_command) against the dense rule table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from archsim.config.memory import memory_config_from_preset
+from archsim.controller import bank_timing
+from archsim.controller.codes import NCMD
+from archsim.dram.commands import COMMAND_NAMES
+from archsim.dram.timing_table import N_LEVELS, RULES, compile_timing_table
+
+PRESETS = ["HBM2", "HBM3", "HBM3E"]
+
+
+def _dense_update(gap, cmd, t, rows, rf, ranks, pc):
+    """Every cell of every scope raised to t + gap wherever the table has a rule: the plain reading of the table."""
+    nxt_bank, nxt_bg, nxt_rank, nxt_pc = (row.copy() for row in rows)
+    gb, bgf = 1, 2
+    for level, table, row in ((0, nxt_bank, gb), (1, nxt_bg, bgf), (2, nxt_rank, rf), (3, nxt_pc, pc)):
+        for nxt in range(NCMD):
+            if gap[level, cmd, nxt] >= 0:
+                table[row, nxt] = max(table[row, nxt], t + gap[level, cmd, nxt])
+    for r in range(pc * ranks, pc * ranks + ranks):
+        for nxt in range(NCMD):
+            if r != rf and gap[4, cmd, nxt] >= 0:
+                nxt_rank[r, nxt] = max(nxt_rank[r, nxt], t + gap[4, cmd, nxt])
+    return nxt_bank, nxt_bg, nxt_rank, nxt_pc
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("cmd", range(NCMD), ids=COMMAND_NAMES)
+def test_the_generated_update_raises_exactly_the_cells_with_a_rule(preset, cmd):
+    gap = compile_timing_table(memory_config_from_preset(preset).timing)
+    rng = np.random.default_rng(cmd)
+    ranks, pc, rf, t = 2, 1, 3, 500
+    # earliest-issue rows around t, so that some cells rise and some already lie beyond t + gap
+    rows = [rng.integers(t - 50, t + 60, (count, NCMD)).astype(np.int64) for count in (4, 6, 4, 2)]
+    expected = _dense_update(gap, cmd, t, rows, rf, ranks, pc)
+    flat = [row.copy().reshape(-1) for row in rows]
+    bank_timing.apply_command(cmd, t, 1, 2, rf, pc, ranks, gap.reshape(-1), *flat)
+    for got, want, shape in zip(flat, expected, (row.shape for row in rows), strict=True):
+        assert np.array_equal(got.reshape(shape), want)
+    assert any(not np.array_equal(got.reshape(row.shape), row) for got, row in zip(flat, rows, strict=True))
+
+
+def test_every_rule_is_a_line_of_the_generated_source():
+    source = bank_timing.apply_command_source()
+    for level, prevs, nexts, _formula, label in RULES:
+        assert level < N_LEVELS
+        for prev in prevs:
+            for nxt in nexts:
+                cmd, held = COMMAND_NAMES[prev].upper(), COMMAND_NAMES[nxt].upper()
+                assert f"t + gaps[{level}, {cmd}, {held}])" in source, (label, cmd, held)
+    assert source.count("= max(") == sum(len(bank_timing.held_back(cmd, level))
+                                         for cmd in range(NCMD) for level in range(N_LEVELS))
