@@ -55,3 +55,24 @@ def test_every_rule_is_a_line_of_the_generated_source():
                 assert f"t + gaps[{level}, {cmd}, {held}])" in source, (label, cmd, held)
     assert source.count("= max(") == sum(len(bank_timing.held_back(cmd, level))
                                          for cmd in range(NCMD) for level in range(N_LEVELS))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_generated_earliest_equals_the_max_over_every_scope(preset):
+    """After any sequence of updates, reading only the scopes where a rule holds a command back gives the max over
+    all four scopes: the update never raises another cell."""
+    gap = compile_timing_table(memory_config_from_preset(preset).timing).reshape(-1)
+    rng = np.random.default_rng(7)
+    ranks, tfaw = 2, 20
+    tables = [np.zeros(count * NCMD, dtype=np.int64) for count in (8, 4, 4, 2)]  # bank, group, rank, pc rows
+    faw = rng.integers(0, 40, 4 * 4).astype(np.int64)
+    faw_pos = np.zeros(4, dtype=np.int64)
+    for t in range(0, 400, 3):
+        gb, bgf, pc = int(rng.integers(0, 8)), int(rng.integers(0, 4)), int(rng.integers(0, 2))
+        rf = pc * ranks + int(rng.integers(0, ranks))
+        bank_timing.apply_command(int(rng.integers(0, NCMD)), t, gb, bgf, rf, pc, ranks, gap, *tables)
+        for cmd in range(NCMD):
+            dense = max(table.reshape(-1, NCMD)[row, cmd] for table, row in zip(tables, (gb, bgf, rf, pc), strict=True))
+            if cmd == 0:
+                dense = max(dense, faw[rf * 4] + tfaw)
+            assert bank_timing.earliest(cmd, gb, bgf, rf, pc, *tables, faw, faw_pos, tfaw) == dense, (t, cmd)
