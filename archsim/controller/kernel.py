@@ -707,16 +707,17 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                                     e = max(nxt_bank[gb, ACT], nxt_bg[req_bgf[idx], ACT])
                                 e = max(e, ready[idx])
                                 nt_closed = min(nt_closed, e if e > t else INF)
-                                if e > t or req_rf[idx] - pc * ranks == ref_block_rank or bb == ref_block_bank:
-                                    continue  # refresh holds this rank or bank; refresh progress wakes the channel
-                                ready_act += 1
+                                # refresh may hold this rank or bank; refresh progress wakes the channel
+                                held = (req_rf[idx] - pc * ranks == ref_block_rank) | (bb == ref_block_bank)
+                                may_act = (e <= t) & ~held
+                                ready_act += may_act
                                 if rr:
                                     kidx = (bb + bpp - ptr_rr - 1) % bpp
-                                    act_key = min(act_key, kidx)
-                                if kidx < best_row_key:
-                                    best_row = idx
-                                    best_row_key = kidx
-                                    br_cmd = ACT
+                                    act_key = min(act_key, kidx if may_act else INF)
+                                better = may_act & (kidx < best_row_key)
+                                best_row = idx if better else best_row
+                                best_row_key = kidx if better else best_row_key
+                                br_cmd = ACT if better else br_cmd
                     # the closed banks' bounds matter unless this pseudo-channel issues an ACT now: then the ACT's
                     # own wake-up (tRRD, tFAW and the closed banks' bounds) covers them, and if the ACT loses the row
                     # bus the pseudo-channel looks again next cycle
