@@ -347,10 +347,13 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     def per(count: int, fill: int = 0) -> np.ndarray:
         return np.full(count, fill, dtype=np.int64)
 
-    def flat(name: str, rows: int, fill: int = 0) -> np.ndarray:
+    words = mask_words(org.banks_per_pseudo_channel)
+
+    def flat(name: str, rows: int, fill: int = 0, dtype: type = np.int64) -> np.ndarray:
         """An array of K.FLAT_ARRAYS, which the kernel gets flat (controller/index_lowering.py): `rows` rows of
-        its constant length."""
-        return per(rows * math.prod(K.FLAT_ARRAYS[name]), fill)
+        its length (a length given by name is the bank masks' word count)."""
+        lengths = [words if length == "words" else length for length in K.FLAT_ARRAYS[name]]
+        return np.full(rows * math.prod(lengths), fill, dtype=dtype)
 
     timing_rows = tuple(flat(name, count) for name, count in
                         (("nxt_bank", n_bank), ("nxt_bg", n_bg), ("nxt_rank", n_rank), ("nxt_pc", n_pc)))
@@ -375,11 +378,9 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
         pc_state[:, K.PC_NEXT] = ref_due.reshape(n_pc, -1).min(axis=1)
     # the links of the per-bank request lists (next, previous per request), then per pseudo-channel bit masks of
     # the banks with requests queued, of the banks with a row open and of the banks with row hits queued (reads,
-    # writes), flat: rows of the masks' 64-bit words (a row per pseudo-channel; per pseudo-channel and kind for hits)
-    words = mask_words(org.banks_per_pseudo_channel)
+    # writes)
     banks = (bank_state.reshape(-1), pc_state.reshape(-1), per(n, -1), per(n, -1),
-             np.zeros(n_pc * words, dtype=np.uint64), np.zeros(n_pc * words, dtype=np.uint64),
-             np.zeros(n_pc * 2 * words, dtype=np.uint64))
+             *(flat(name, n_pc, dtype=np.uint64) for name in ("amask", "omask", "hmask")))
     # the bank-queue variant's transaction queues; each port has its own share (its own request buffer): room for
     # both, per kind. Then where each port stands in its trace order
     port_ptr = per(2)

@@ -46,6 +46,17 @@ def held_back(cmd: int, level: int) -> tuple[int, ...]:
                          for n in nexts}))
 
 
+def held_back_by_any(cmd: int, level: int) -> bool:
+    """Whether some command, issued, holds `cmd` back at scope `level` (a rule with `cmd` among its next)."""
+    return any(lvl == level and cmd in nexts for lvl, _prevs, nexts, _formula, _label in RULES)
+
+
+def _raise_line(level: int, cmd: int, nxt: int) -> str:
+    """The generated line that raises the cell of `nxt` at scope `level` after `cmd`."""
+    cell = _SCOPE_CELLS[level].format(next=COMMAND_NAMES[nxt].upper())
+    return f"{cell} = max({cell}, t + gaps[{level}, {COMMAND_NAMES[cmd].upper()}, {COMMAND_NAMES[nxt].upper()}])"
+
+
 def apply_command_source() -> str:
     """The source of `apply_command`, generated from `timing_table.RULES`: per command, a line per cell it holds
     back, `cell = max(cell, t + gaps[level, cmd, next])`."""
@@ -54,20 +65,13 @@ def apply_command_source() -> str:
              '    `bank_timing.apply_command_source` from the timing rules)."""']
     for k, cmd in enumerate(_DISPATCH_ORDER):
         lines.append(f"    {'if' if k == 0 else 'elif'} cmd == {COMMAND_NAMES[cmd].upper()}:")
-        body = []
-        for level in (BANK, BANKGROUP, RANK, PSEUDO_CHANNEL):
-            for nxt in held_back(cmd, level):
-                cell = _SCOPE_CELLS[level].format(next=COMMAND_NAMES[nxt].upper())
-                body.append(f"{cell} = max({cell}, t + gaps[{level}, {COMMAND_NAMES[cmd].upper()}, "
-                            f"{COMMAND_NAMES[nxt].upper()}])")
+        body = [_raise_line(level, cmd, nxt) for level in (BANK, BANKGROUP, RANK, PSEUDO_CHANNEL)
+                for nxt in held_back(cmd, level)]
         others = held_back(cmd, OTHER_RANKS)
         if others:
             body += ["for r in range(pc * ranks, pc * ranks + ranks):  # the other ranks of the pseudo-channel",
                      "    if r != rf:"]
-            for nxt in others:
-                cell = _SCOPE_CELLS[OTHER_RANKS].format(next=COMMAND_NAMES[nxt].upper())
-                body.append(f"        {cell} = max({cell}, t + gaps[{OTHER_RANKS}, {COMMAND_NAMES[cmd].upper()}, "
-                            f"{COMMAND_NAMES[nxt].upper()}])")
+            body += ["        " + _raise_line(OTHER_RANKS, cmd, nxt) for nxt in others]
         lines += ["        " + line for line in body or ["pass"]]
     return "\n".join(lines) + "\n"
 
@@ -92,11 +96,6 @@ def earliest_source() -> str:
             expression = f"max({expression}, {term})"
         lines += [f"    {'if' if k == 0 else 'elif'} cmd == {name}:", f"        return {expression}"]
     return "\n".join(lines + ["    return 0"]) + "\n"
-
-
-def held_back_by_any(cmd: int, level: int) -> bool:
-    """Whether some command, issued, holds `cmd` back at scope `level` (a rule with `cmd` among its next)."""
-    return any(lvl == level and cmd in nexts for lvl, _prevs, nexts, _formula, _label in RULES)
 
 
 def _generated_helper(source: str, name: str):

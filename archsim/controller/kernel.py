@@ -16,7 +16,7 @@ The loop is compiled in variants (`KernelVariant`, chosen by `memory.kernel_vari
 default controller features only and has the code of the others compiled out; for the shapes of the shipped
 standards it is compiled again with the pseudo-channels, ranks and bank-mask words as constants. Every variant
 and the helpers it inlines are compiled with lowered array indexing (`index_lowering`): unsigned indices, and the
-arrays of `codes.FLAT_ARRAYS` flat with constant row lengths.
+arrays of `codes.FLAT_ARRAYS` flat with constant (or, for the bank masks, named) row lengths.
 """
 
 from __future__ import annotations
