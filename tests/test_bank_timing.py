@@ -7,7 +7,7 @@ import pytest
 
 from archsim.config.memory import memory_config_from_preset
 from archsim.controller import bank_timing
-from archsim.controller.codes import NCMD
+from archsim.controller.codes import ACT, FAW_ACTS, NCMD
 from archsim.dram.commands import COMMAND_NAMES
 from archsim.dram.timing_table import N_LEVELS, RULES, compile_timing_table
 
@@ -65,14 +65,14 @@ def test_the_generated_earliest_equals_the_max_over_every_scope(preset):
     rng = np.random.default_rng(7)
     ranks, tfaw = 2, 20
     tables = [np.zeros(count * NCMD, dtype=np.int64) for count in (8, 4, 4, 2)]  # bank, group, rank, pc rows
-    faw = rng.integers(0, 40, 4 * 4).astype(np.int64)
-    faw_pos = np.zeros(4, dtype=np.int64)
+    faw = rng.integers(0, 40, 4 * FAW_ACTS).astype(np.int64)  # per rank, the cycles of its last ACTs
+    faw_pos = rng.integers(0, FAW_ACTS, 4).astype(np.int64)
     for t in range(0, 400, 3):
         gb, bgf, pc = int(rng.integers(0, 8)), int(rng.integers(0, 4)), int(rng.integers(0, 2))
         rf = pc * ranks + int(rng.integers(0, ranks))
         bank_timing.apply_command(int(rng.integers(0, NCMD)), t, gb, bgf, rf, pc, ranks, gap, *tables)
         for cmd in range(NCMD):
             dense = max(table.reshape(-1, NCMD)[row, cmd] for table, row in zip(tables, (gb, bgf, rf, pc), strict=True))
-            if cmd == 0:
-                dense = max(dense, faw[rf * 4] + tfaw)
+            if cmd == ACT:
+                dense = max(dense, faw[rf * FAW_ACTS + faw_pos[rf]] + tfaw)
             assert bank_timing.earliest(cmd, gb, bgf, rf, pc, *tables, faw, faw_pos, tfaw) == dense, (t, cmd)
