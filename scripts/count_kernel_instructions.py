@@ -2,7 +2,7 @@
 unlike wall time on a shared machine, is the same on every run, so two versions compare to the percent.
 
     python scripts/count_kernel_instructions.py [--stream random|sequential] [--requests 200000] [--preset HBM2]
-                                                [--branches]
+                                                [--branches] [--cpu NAME]
 
 Counts every instruction inside numba's compiled-function calls (numba's `call_cfunc`) of one replay of
 `--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times. The kernel is compiled first,
@@ -11,7 +11,11 @@ under valgrind (which reports a different CPU) loads it instead of compiling it 
 time, because numba keys its cache to `kernel.py` alone and would load a stale kernel after an edit to a helper
 it inlines. `--branches` also counts conditional branches and the mispredictions of valgrind's model predictor
 (a simple one, so read it as a relative figure: time here follows it more closely than the instruction count
-once the count stops falling). Needs `valgrind` on PATH; a run takes two to three minutes.
+once the count stops falling). `--cpu` names the LLVM CPU to compile for, with that CPU's own features. By
+default it is this machine's CPU with its features, unless they include AVX-512: valgrind 3.19 cannot decode those
+instructions and stops the run with SIGILL, so such hosts compile for `x86-64-v3` (AVX2) instead. Counts compare
+only between runs compiled for the same CPU, and the output line names it. Needs `valgrind` on PATH; a run takes
+two to three minutes.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import sys
 import tempfile
 
 import llvmlite.binding as llvm
+
+# A target valgrind 3.19 can run: AVX2 and below, no AVX-512.
+VALGRIND_SAFE_CPU = "x86-64-v3"
 
 CHILD = """
 import sys
@@ -45,19 +52,31 @@ replay(cfg, Requests.build(np.zeros(n, np.int64), address, np.zeros(n)))
 """
 
 
+def compile_target(cpu_name: str | None) -> tuple[str, str]:
+    """LLVM CPU name and feature string for numba; an empty feature string means the named CPU's own."""
+    if cpu_name is not None:
+        return cpu_name, ""
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f", False):
+        return VALGRIND_SAFE_CPU, ""
+    return llvm.get_host_cpu_name(), features.flatten()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stream", choices=("random", "sequential"), default="random")
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--preset", default="HBM2")
     parser.add_argument("--branches", action="store_true", help="also simulate the branch predictor")
+    parser.add_argument("--cpu", help=f"LLVM CPU name to compile for (default: this machine's, or "
+                                      f"{VALGRIND_SAFE_CPU} when it has AVX-512)")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("count_kernel_instructions.py: valgrind is not on PATH", file=sys.stderr)
         sys.exit(2)
     with tempfile.TemporaryDirectory() as work:
-        env = dict(os.environ, NUMBA_CPU_NAME=llvm.get_host_cpu_name(),
-                   NUMBA_CPU_FEATURES=llvm.get_host_cpu_features().flatten(), PYTHONHASHSEED="0",
+        cpu_name, cpu_features = compile_target(args.cpu)
+        env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CPU_FEATURES=cpu_features, PYTHONHASHSEED="0",
                    NUMBA_CACHE_DIR=os.path.join(work, "numba"))
         child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset]
         subprocess.run([*child[:3], args.stream, "1000", args.preset], env=env, check=True)  # compile outside valgrind
@@ -70,7 +89,8 @@ def main() -> None:
             # events: Ir, then with --branches Bc Bcm Bi Bim (conditional and indirect branches, mispredicted)
             counts = [int(v) for v in re.search(r"^summary: (.+)$", fh.read(), re.MULTILINE).group(1).split()]
     per_request = [v / args.requests for v in counts]
-    line = f"{args.preset} {args.stream}: {per_request[0]:,.0f} kernel instructions per request"
+    line = (f"{args.preset} {args.stream}, compiled for {cpu_name}: "
+            f"{per_request[0]:,.0f} kernel instructions per request")
     if args.branches:
         line += (f", {per_request[1]:,.0f} conditional branches, {per_request[2]:.1f} mispredicted "
                  f"(+{per_request[4]:.1f} indirect)")
