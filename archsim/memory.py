@@ -156,7 +156,7 @@ def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: st
     if over.size:
         if not wrap:
             first = int(over[0])
-            raise TraceError(f"address {int(address[first]):#x} of request {first} is beyond the memory's capacity "
+            raise TraceError(f"address {int(address[first]):#x} is beyond the memory's capacity "
                              f"of {capacity:#x} bytes (pass --wrap to fold addresses into range)",
                              file=file, where=f"request {first}")
         address = address % np.uint64(capacity)

@@ -98,6 +98,7 @@ def test_addresses_beyond_capacity(tmp_path):
     args = ["replay", str(path), "--memory", str(REPO / "configs/memory/hbm2.yaml"), "--quiet"]
     result = runner.invoke(main, args)
     assert result.exit_code == 2 and "beyond the memory's capacity" in result.output and "far.trace" in result.output
+    assert "request 1: address 0x10000000000 is beyond" in result.output and result.output.count("request") == 1
     assert runner.invoke(main, args + ["--wrap"]).exit_code == 0
 
 

@@ -65,11 +65,23 @@ def test_bad_dramsim3_lines_name_the_line(tmp_path, text, where):
     assert where in str(info.value) and str(path) in str(info.value)
 
 
-def test_empty_trace_is_an_error(tmp_path):
+@pytest.mark.parametrize("fmt", ["auto", "dramsim3", "ramulator"])
+@pytest.mark.parametrize("text", ["", "# nothing\n\n"])
+def test_empty_trace_is_an_error(tmp_path, fmt, text):
     path = tmp_path / "empty.trace"
-    path.write_text("# nothing\n")
-    with pytest.raises(TraceError, match="no requests"):
-        read_trace(path, "dramsim3")
+    path.write_text(text)
+    with pytest.raises(TraceError, match="the trace holds no requests") as info:
+        read_trace(path, fmt)
+    assert str(info.value).startswith(str(path))
+
+
+def test_auto_detection_does_not_call_a_long_comment_head_empty(tmp_path):
+    """Past the bytes detection reads, a file of comments may still hold requests: it asks for --format instead."""
+    path = tmp_path / "long.trace"
+    path.write_text("#" * 5000 + "\n0x40 READ 0\n")
+    with pytest.raises(TraceError, match="pass --format"):
+        read_trace(path)
+    assert read_trace(path, "dramsim3").address.tolist() == [0x40]
 
 
 def test_dramsim3_spellings_and_backwards_timestamps(tmp_path):

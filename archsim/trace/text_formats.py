@@ -23,6 +23,8 @@ FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
 _DRAMSIM3_OPS = {"READ": 0, "WRITE": 1, "read": 0, "write": 1, "P_MEM_RD": 0, "P_FETCH": 0, "P_MEM_WR": 1,
                  "BOFF": 1}
 _RAMULATOR_OPS = {"LD": 0, "ST": 1}
+# auto-detection reads no more than this of a file's head
+_DETECT_BYTES = 4096
 
 
 def _lines(path: Path) -> list[str]:
@@ -107,12 +109,12 @@ def detect_format(path: str | Path) -> str:
     path = Path(path)
     try:
         with open(path, "rb") as handle:
-            head = handle.read(4096)
+            head = handle.read(_DETECT_BYTES + 1)
     except FileNotFoundError:
         raise TraceError("no such file", file=str(path)) from None
     if head.startswith(b"PK"):
         return "npz"
-    for raw in io.BytesIO(head).read().decode(errors="replace").splitlines():
+    for raw in io.BytesIO(head[:_DETECT_BYTES]).read().decode(errors="replace").splitlines():
         parts = raw.split()
         if not parts or parts[0].startswith("#"):
             continue
@@ -121,6 +123,9 @@ def detect_format(path: str | Path) -> str:
         if len(parts) >= 2 and parts[1] in _DRAMSIM3_OPS:
             return "dramsim3"
         break
+    else:
+        if len(head) <= _DETECT_BYTES:  # read whole: only blank and comment lines, no requests in any format
+            raise TraceError("the trace holds no requests", file=str(path))
     raise TraceError("cannot tell the trace format (not an archsim .npz, DRAMSim3 or Ramulator LoadStore text); "
                      "pass --format", file=str(path))
 
