@@ -209,6 +209,12 @@ class MemorySession:
         return int(self._scal[K.S_T])
 
     @property
+    def channel_visits(self) -> int:
+        """Channel evaluations so far (each a look at a channel's due pseudo-channels): the event-driven
+        kernel's work, a count that does not depend on the machine."""
+        return int(self._scal[K.S_VISITS])
+
+    @property
     def accept_cycle(self) -> np.ndarray:
         return self._outputs[0]
 

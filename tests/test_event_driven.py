@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from archsim.controller.kernel import KernelVariant
-from archsim.memory import Requests, kernel_params, kernel_variant, mask_words, replay
+from archsim.memory import MemorySession, Requests, kernel_params, kernel_variant, mask_words, replay
 from tests.conftest import PRESETS, config
 
 VARIANTS = (
@@ -59,6 +59,24 @@ def test_event_driven_equals_every_cycle(preset, variant):
     for field in ("cycle", "command", "pseudo_channel", "bank", "row"):
         assert np.array_equal(getattr(fast.command_log, field), getattr(slow.command_log, field)), field
     assert fast.total_cycles == slow.total_cycles
+
+
+def test_full_bank_queues_do_not_wake_the_channel_every_cycle():
+    """Requests waiting for room in a full bank queue cannot move until a column command frees a slot: the
+    controller looks at the channel when that happens, not at every cycle in between."""
+    cfg = config("HBM2", "memory.controller.bank_queue_depth=2")
+    n = 2000
+    # one bank, a new row for every request: each waits about tRC, and its bank queue stays full behind it
+    row_stride = cfg.organization.capacity_bytes // cfg.organization.rows
+    address = np.random.default_rng(3).permutation(n).astype(np.uint64) * np.uint64(row_stride)
+    session = MemorySession(cfg, address, np.zeros(n, np.uint8), np.zeros(n, np.uint8))
+    session.release(0, n, np.zeros(n, np.int64))
+    session.run_until(2**62)
+    assert session.finished
+    assert session.now > 40 * n  # row conflicts in one bank, tRC = 48 apart or more
+    assert session.channel_visits < 8 * n  # a look at every cycle would be > 40 per request (5.2 here)
+    slow = replay(cfg, Requests.build(np.zeros(n, np.int64), address, np.zeros(n)), tick_every_cycle=True)
+    assert np.array_equal(session.done_cycle, slow.done_cycle)
 
 
 def test_more_than_64_banks_per_pseudo_channel():

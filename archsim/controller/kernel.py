@@ -441,8 +441,11 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         note_closed(pstate, pc, moved_gb, bstate, nxt_bank, nxt_bg)
                     if moved and use_w and idle_drain >= 0:
                         pstate[pc, PC_DRAINING] -= 1
-                    if moved or pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_UNMOVED] > 0:
+                    if moved and pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_UNMOVED] > 0:
                         nt = t + 1  # one request moves per cycle while any waits
+                    # none moved: every waiting request of the served queue finds its bank queue full, and stays
+                    # so until a column command frees a slot, a request comes or the served queue changes; each
+                    # of those wakes this pseudo-channel itself
                 # ---- refresh: a due rank blocks activations and takes the row bus first
                 ref_block_rank = -1
                 ref_block_bank = -1
@@ -890,6 +893,8 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     nt = t + 1
                 if fcfs:
                     nt = t + 1  # FCFS looked at the oldest request only; the next one's command is unknown
+                if bankq and pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_UNMOVED] > 0:
+                    nt = t + 1  # the freed bank-queue slot may take a waiting request
                 pstate[pc, PC_NEXT] = nt
                 # the column command may have moved the gates of a row command picked in the same cycle
                 if row_pc >= 0 and row_earliest(row_cmd, row_pc, row_bank, ranks, bpr, sh_bpr, bpp, bstate,
@@ -974,8 +979,6 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
             nt = INF
             for p in range(pcs):
                 pc = ch * pcs + p
-                if bankq and pstate[pc, PC_RQ_UNMOVED] + pstate[pc, PC_WQ_UNMOVED] > 0:
-                    pstate[pc, PC_NEXT] = t + 1
                 if refresh != 0 and (col_pc >= 0 or row_pc >= 0):
                     # a bank closed by auto-precharge drops out of a pending PREA's gate: look again next cycle
                     for r in range(ranks):

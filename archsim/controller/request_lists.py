@@ -171,10 +171,15 @@ def first_request(gb, k_lo, k_hi, row, for_row, t, bstate, bnext, req_row, req_s
 def move_one(queue, pstate, length_column, unmoved_column, pc, base, bqd, t, bstate, hmask, req_bank, req_row,
              ready, kind, bnext, bprev, amask, bpp, words):
     """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
-    for j in range(pstate[pc, length_column]):
+    waiting = pstate[pc, unmoved_column]  # the scan ends at the last waiting request, not the queue's end
+    length = pstate[pc, length_column]
+    j = 0
+    while waiting > 0 and j < length:
         idx = queue[pc, j]
+        j += 1
         if ready[idx] < INF:
             continue
+        waiting -= 1
         gb = base + req_bank[idx]
         if bstate[gb, B_WIN] < bqd:
             bstate[gb, B_WIN] += 1
