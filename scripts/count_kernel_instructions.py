@@ -2,20 +2,20 @@
 unlike wall time on a shared machine, is the same on every run, so two versions compare to the percent.
 
     python scripts/count_kernel_instructions.py [--stream random|sequential] [--requests 200000] [--preset HBM2]
-                                                [--branches] [--cpu NAME]
+                                                [--memory MEMORY.yaml] [--branches] [--cpu NAME]
 
 Counts every instruction inside numba's compiled-function calls (numba's `call_cfunc`) of one replay of
-`--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times. The kernel is compiled first,
-outside valgrind, for a fixed CPU name and feature set into a fresh numba cache directory, so that the run
-under valgrind (which reports a different CPU) loads it instead of compiling it again. A fresh directory each
-time, because numba keys its cache to `kernel.py` alone and would load a stale kernel after an edit to a helper
-it inlines. `--branches` also counts conditional branches and the mispredictions of valgrind's model predictor
-(a simple one, so read it as a relative figure: time here follows it more closely than the instruction count
-once the count stops falling). `--cpu` names the LLVM CPU to compile for, with that CPU's own features. By
-default it is this machine's CPU with its features, unless they include AVX-512: valgrind 3.19 cannot decode those
-instructions and stops the run with SIGILL, so such hosts compile for `x86-64-v3` (AVX2) instead. Counts compare
-only between runs compiled for the same CPU, and the output line names it. Needs `valgrind` on PATH; a run takes
-two to three minutes.
+`--requests` 64 B reads stamped cycle 0, the stream `bench_dram.py` times (`--memory`: on a config file instead of
+a preset). The kernel is compiled first, outside valgrind, for a fixed CPU name and feature set into a fresh numba
+cache directory, so that the run under valgrind (which reports a different CPU) loads it instead of compiling it
+again. A fresh directory each time, because numba keys its cache to `kernel.py` alone and would load a stale kernel
+after an edit to a helper it inlines. `--branches` also counts conditional branches and the mispredictions of
+valgrind's model predictor (a simple one, so read it as a relative figure: time here follows it more closely than
+the instruction count once the count stops falling). `--cpu` names the LLVM CPU to compile for, with that CPU's own
+features. By default it is this machine's CPU with its features, unless they include AVX-512: valgrind 3.19 cannot
+decode those instructions and stops the run with SIGILL, so such hosts compile for `x86-64-v3` (AVX2) instead.
+Counts compare only between runs compiled for the same CPU, and the output line names it. Needs `valgrind` on PATH;
+a run takes two to three minutes.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ VALGRIND_SAFE_CPU = "x86-64-v3"
 CHILD = """
 import sys
 import numpy as np
-from archsim.config.memory import memory_config_from_preset
+from archsim.config.memory import load_memory_config, memory_config_from_preset
 from archsim.memory import Requests, replay, warm_up
-stream, n, preset = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-cfg = memory_config_from_preset(preset)
+stream, n, preset, memory = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+cfg = load_memory_config(memory) if memory else memory_config_from_preset(preset)
 org = cfg.organization
 access = org.access_bytes
 rng = np.random.default_rng(1)
@@ -67,6 +67,7 @@ def main() -> None:
     parser.add_argument("--stream", choices=("random", "sequential"), default="random")
     parser.add_argument("--requests", type=int, default=200_000)
     parser.add_argument("--preset", default="HBM2")
+    parser.add_argument("--memory", default="", help="a memory config YAML to count instead of --preset")
     parser.add_argument("--branches", action="store_true", help="also simulate the branch predictor")
     parser.add_argument("--cpu", help=f"LLVM CPU name to compile for (default: this machine's, or "
                                       f"{VALGRIND_SAFE_CPU} when it has AVX-512)")
@@ -78,8 +79,10 @@ def main() -> None:
         cpu_name, cpu_features = compile_target(args.cpu)
         env = dict(os.environ, NUMBA_CPU_NAME=cpu_name, NUMBA_CPU_FEATURES=cpu_features, PYTHONHASHSEED="0",
                    NUMBA_CACHE_DIR=os.path.join(work, "numba"))
-        child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset]
-        subprocess.run([*child[:3], args.stream, "1000", args.preset], env=env, check=True)  # compile outside valgrind
+        memory = os.path.abspath(args.memory) if args.memory else ""
+        child = [sys.executable, "-c", CHILD, args.stream, str(args.requests), args.preset, memory]
+        subprocess.run([*child[:3], args.stream, "1000", args.preset, memory], env=env,
+                       check=True)  # compile outside valgrind
         out = os.path.join(work, "callgrind.out")
         branch_sim = ["--branch-sim=yes"] if args.branches else []
         subprocess.run(["valgrind", "--tool=callgrind", *branch_sim, "--toggle-collect=call_cfunc*",
@@ -89,7 +92,7 @@ def main() -> None:
             # events: Ir, then with --branches Bc Bcm Bi Bim (conditional and indirect branches, mispredicted)
             counts = [int(v) for v in re.search(r"^summary: (.+)$", fh.read(), re.MULTILINE).group(1).split()]
     per_request = [v / args.requests for v in counts]
-    line = (f"{args.preset} {args.stream}, compiled for {cpu_name}: "
+    line = (f"{args.memory or args.preset} {args.stream}, compiled for {cpu_name}: "
             f"{per_request[0]:,.0f} kernel instructions per request")
     if args.branches:
         line += (f", {per_request[1]:,.0f} conditional branches, {per_request[2]:.1f} mispredicted "

@@ -96,6 +96,24 @@ def test_batch_drain_forwards_reads_of_held_writes():
     assert eager.done_cycle[1] - eager.accept_cycle[1] >= hit_cycles
 
 
+def test_bank_queues_forward_reads_of_moved_and_waiting_writes():
+    """With bank queues a queued write is in its bank's queue or still waiting for room there: a read of its
+    address is served from it in either case."""
+    cfg = config("HBM2", "memory.controller.bank_queue_depth=1")
+    # two writes to one bank, different rows (the second waits: the bank queue holds one), then a read of each
+    row_stride = cfg.organization.capacity_bytes // cfg.organization.rows
+    address = np.array([0, row_stride, 0, row_stride], dtype=np.uint64)
+    requests = Requests.build(np.array([0, 0, 1, 1]), address, np.array([1, 1, 0, 0], dtype=np.uint8))
+    session = MemorySession(cfg, requests.address, requests.is_write, requests.source)
+    session.release(0, 4, requests.timestamp_cycles)
+    session.run_until(2)
+    assert session.done_cycle[2:].tolist() == [2, 2]  # both reads forwarded: latency 1 from acceptance at 1
+    result = replay(cfg, requests, command_log=True)
+    assert result.done_cycle[2:].tolist() == [2, 2]
+    issued = result.command_log.command.tolist()
+    assert issued.count(COMMAND_CODES["WR"]) == 2 and COMMAND_CODES["RD"] not in issued
+
+
 def test_batch_drain_ends_when_a_drain_starts_behind_moved_writes(tmp_path, dramsim3_ini):
     """A drain counts the writes it can still move to a bank queue: counting the moved ones too kept it open
     forever and starved the reads (saturating random reads with 30 % writes hung on the imported config)."""

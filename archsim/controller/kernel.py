@@ -155,7 +155,6 @@ from archsim.controller.request_lists import (
     pow2_shift,
     priority_key,
     quotient,
-    remove_at,
     set_bank_bit,
     unlink,
 )
@@ -281,19 +280,19 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                     # queued address merges into it
                     a = req_addr[idx]
                     hit = False
-                    if bankq:
-                        for j in range(pstate[pc, PC_WQ_LEN]):
+                    # only a write to the same bank can hold the same address: those in its list, and with bank
+                    # queues those still waiting to move into one
+                    j = bstate[gb, B_HEAD + 1]
+                    while j >= 0:
+                        if req_addr[j] == a:
+                            hit = True
+                            break
+                        j = bnext[j]
+                    if bankq and not hit:
+                        for j in range(pstate[pc, PC_WQ_UNMOVED]):
                             if req_addr[wq[pc, j]] == a:
                                 hit = True
                                 break
-                    else:
-                        # only a write to the same bank can hold the same address
-                        j = bstate[gb, B_HEAD + 1]
-                        while j >= 0:
-                            if req_addr[j] == a:
-                                hit = True
-                                break
-                            j = bnext[j]
                     if hit:
                         done[idx] = t + 1
                         klass[idx] = C_FORWARD
@@ -310,7 +309,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 pstate[pc, PC_PORT_Q + (2 if is_w else 0) + port] += 1
                 if is_w:
                     if bankq:
-                        wq[pc, pstate[pc, PC_WQ_LEN]] = idx  # transaction queue order feeds the bank queues
+                        wq[pc, pstate[pc, PC_WQ_UNMOVED]] = idx  # in arrival order they wait for the bank queues
                     pstate[pc, PC_WQ_LEN] += 1
                     pstate[pc, PC_WQ_UNMOVED] += 1
                     if orow == row and not bankq:
@@ -319,7 +318,7 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         done[idx] = t
                 else:
                     if bankq:
-                        rq[pc, pstate[pc, PC_RQ_LEN]] = idx
+                        rq[pc, pstate[pc, PC_RQ_UNMOVED]] = idx
                     pstate[pc, PC_RQ_LEN] += 1
                     pstate[pc, PC_RQ_UNMOVED] += 1
                     if orow == row and not bankq:
@@ -431,11 +430,11 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                         favored = rsrc
                 if bankq:
                     if use_w:
-                        moved_gb = move_one(wq, pstate, PC_WQ_LEN, PC_WQ_UNMOVED, pc, base, bqd, t, bstate, hmask,
-                                            req_bank, req_row, ready, 1, bnext, bprev, amask, bpp, words)
+                        moved_gb = move_one(wq, pstate, PC_WQ_UNMOVED, pc, base, bqd, t, bstate, hmask, req_bank,
+                                            req_row, ready, 1, bnext, bprev, amask, bpp, words)
                     else:
-                        moved_gb = move_one(rq, pstate, PC_RQ_LEN, PC_RQ_UNMOVED, pc, base, bqd, t, bstate, hmask,
-                                            req_bank, req_row, ready, 0, bnext, bprev, amask, bpp, words)
+                        moved_gb = move_one(rq, pstate, PC_RQ_UNMOVED, pc, base, bqd, t, bstate, hmask, req_bank,
+                                            req_row, ready, 0, bnext, bprev, amask, bpp, words)
                     moved = moved_gb >= 0
                     if moved and bstate[moved_gb, B_OPEN] < 0:
                         note_closed(pstate, pc, moved_gb, bstate, nxt_bank, nxt_bg)
@@ -806,21 +805,10 @@ def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
                 pc = col_pc
                 nt = pstate[pc, PC_NEXT]
                 idx = col_i
-                if not bankq:
-                    if col_w:
-                        pstate[pc, PC_WQ_LEN] -= 1
-                    else:
-                        pstate[pc, PC_RQ_LEN] -= 1
-                elif col_w:
-                    for j in range(pstate[pc, PC_WQ_LEN]):
-                        if wq[pc, j] == idx:
-                            remove_at(wq, pstate, PC_WQ_LEN, pc, j)
-                            break
+                if col_w:
+                    pstate[pc, PC_WQ_LEN] -= 1
                 else:
-                    for j in range(pstate[pc, PC_RQ_LEN]):
-                        if rq[pc, j] == idx:
-                            remove_at(rq, pstate, PC_RQ_LEN, pc, j)
-                            break
+                    pstate[pc, PC_RQ_LEN] -= 1
                 b = req_bank[idx]
                 gb = pc * bpp + b
                 rf = req_rf[idx]

@@ -168,24 +168,18 @@ def first_request(gb, k_lo, k_hi, row, for_row, t, bstate, bnext, req_row, req_s
 
 
 @kernel_helper
-def move_one(queue, pstate, length_column, unmoved_column, pc, base, bqd, t, bstate, hmask, req_bank, req_row,
-             ready, kind, bnext, bprev, amask, bpp, words):
-    """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved."""
-    waiting = pstate[pc, unmoved_column]  # the scan ends at the last waiting request, not the queue's end
-    length = pstate[pc, length_column]
-    j = 0
-    while waiting > 0 and j < length:
+def move_one(queue, pstate, unmoved_column, pc, base, bqd, t, bstate, hmask, req_bank, req_row, ready, kind, bnext,
+             bprev, amask, bpp, words):
+    """Move the oldest waiting request whose bank queue has room into it; return its bank, or -1 if none moved.
+    `queue[pc]` holds the waiting requests only, oldest first: the moved ones are in their banks' lists."""
+    for j in range(pstate[pc, unmoved_column]):
         idx = queue[pc, j]
-        j += 1
-        if ready[idx] < INF:
-            continue
-        waiting -= 1
         gb = base + req_bank[idx]
         if bstate[gb, B_WIN] < bqd:
             bstate[gb, B_WIN] += 1
             ready[idx] = t + 1
             link(idx, gb, pc, kind, bstate, bnext, bprev, amask, bpp, words)
-            pstate[pc, unmoved_column] -= 1
+            remove_at(queue, pstate, unmoved_column, pc, j)
             if bstate[gb, B_OPEN] == req_row[idx]:
                 add_hit(gb, pc, kind, 1, bstate, pstate, hmask, bpp, words)
             return gb
