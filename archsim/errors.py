@@ -37,5 +37,9 @@ class TraceError(ArchsimError):
     """A trace file does not parse, is truncated or corrupted (`where` is `line N` or a column)."""
 
 
+# the one message for a trace without requests, whichever reader or format detection finds it
+EMPTY_TRACE = "the trace holds no requests"
+
+
 class ProgramError(ArchsimError):
     """A PNM program is malformed (`where` is `line N`)."""

@@ -22,7 +22,7 @@ from archsim.controller import codes as K  # noqa: N812 - the kernel's codes rea
 from archsim.controller.kernel import SPECIALIZED_SHAPES, KernelVariant, run_kernel
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
-from archsim.errors import TraceError
+from archsim.errors import EMPTY_TRACE, TraceError
 
 
 @dataclass(frozen=True)
@@ -308,7 +308,7 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     """
     n = len(requests)
     if n == 0:
-        raise TraceError("the trace holds no requests")
+        raise TraceError(EMPTY_TRACE)
     compile_start = time.perf_counter()
     warm_up()
     compile_s = time.perf_counter() - compile_start

@@ -10,12 +10,11 @@ Blank lines and lines starting with `#` are skipped. A line that does not parse 
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
-from archsim.errors import TraceError
+from archsim.errors import EMPTY_TRACE, TraceError
 from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
 
 FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
@@ -86,7 +85,7 @@ def read_ramulator(path: str | Path) -> PhysicalTrace:
 
 def _finish(file: str, cycles: list[int], addrs: list[int], ops: list[int], fmt: str) -> PhysicalTrace:
     if not addrs:
-        raise TraceError("the trace holds no requests", file=file)
+        raise TraceError(EMPTY_TRACE, file=file)
     n = len(addrs)
     return PhysicalTrace(np.array(cycles, dtype=np.int64), np.array(addrs, dtype=np.uint64),
                          np.array(ops, dtype=np.uint8), np.zeros(n, dtype=np.uint8), {"format": fmt})
@@ -114,7 +113,7 @@ def detect_format(path: str | Path) -> str:
         raise TraceError("no such file", file=str(path)) from None
     if head.startswith(b"PK"):
         return "npz"
-    for raw in io.BytesIO(head[:_DETECT_BYTES]).read().decode(errors="replace").splitlines():
+    for raw in head[:_DETECT_BYTES].decode(errors="replace").splitlines():
         parts = raw.split()
         if not parts or parts[0].startswith("#"):
             continue
@@ -125,7 +124,7 @@ def detect_format(path: str | Path) -> str:
         break
     else:
         if len(head) <= _DETECT_BYTES:  # read whole: only blank and comment lines, no requests in any format
-            raise TraceError("the trace holds no requests", file=str(path))
+            raise TraceError(EMPTY_TRACE, file=str(path))
     raise TraceError("cannot tell the trace format (not an archsim .npz, DRAMSim3 or Ramulator LoadStore text); "
                      "pass --format", file=str(path))
 
