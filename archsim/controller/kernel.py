@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from archsim.controller import index_lowering
 from archsim.controller.bank_timing import (
     act_bound,
     apply_command,
@@ -158,6 +159,7 @@ from archsim.controller.request_lists import (
     set_bank_bit,
     unlink,
 )
+from archsim.controller.source_digest import source_digest
 
 
 def _kernel(stop_ptr, prm, gaps, scal, scratch, inputs, outputs, state, log):
@@ -1049,15 +1051,18 @@ class KernelVariant(NamedTuple):
 
 @functools.cache
 def compiled_kernel(variant: KernelVariant):
-    """`_kernel` compiled with the variant's constants frozen, under its own name (and so its own cache files),
-    on first use: the plain variant carries none of the code of the features the defaults leave off, which keeps
-    its live values in registers (about 1.2x faster); a fixed shape is worth about 1.2x more. The body is compiled
-    from its source with lowered indexing (`with_lowered_indexing`)."""
+    """`_kernel` compiled with the variant's constants frozen, on first use, under its own name (and so its own
+    cache files) that ends in the `source_digest` of everything it inlines, so that an edited helper, constant or
+    timing rule compiles anew instead of loading a stale kernel. The plain variant carries none of the code of the
+    features the defaults leave off, which keeps its live values in registers (about 1.2x faster); a fixed shape
+    is worth about 1.2x more. The body is compiled from its source with lowered indexing (`with_lowered_indexing`)."""
     name = "_kernel_general" if variant.general else "_kernel_plain"
     if variant.pseudo_channels > 0:
         name += f"_{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
     constants = {"GENERAL": variant.general, "FIXED_PCS": variant.pseudo_channels, "FIXED_RANKS": variant.ranks,
                  "FIXED_WORDS": variant.mask_words}
+    # numba keys its cache on this file alone: the digest of every inlined source in the name keys it on them all
+    name += "_" + source_digest(_kernel, constants, extra_modules=(index_lowering,))
     return njit(cache=True, error_model="numpy", _nrt=False)(with_lowered_indexing(_kernel, name, constants))
 
 
