@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +21,7 @@ from archsim.config.memory import (
     MemoryConfig,
 )
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
-from archsim.controller.kernel import SPECIALIZED_SHAPES, KernelVariant, run_kernel
+from archsim.controller.kernel import SPECIALIZED_SHAPES, KernelVariant, compiled_kernel, run_kernel
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import EMPTY_TRACE, TraceError
@@ -74,6 +76,8 @@ class ReplayResult:
     # qos_counts[opener * 2 + closer]: row closures by port pair (0 host, 1 pnm); [4 + newcomer * 2 + opener]:
     # requests that found their bank open on another row, by port pair
     qos_counts: np.ndarray
+    kernel_cache: str | None = None  # the kernel variant came from numba's cache ("hit"), was compiled ("miss"),
+    # or was already loaded in this process (None)
 
 
 def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool = False) -> np.ndarray:
@@ -203,6 +207,22 @@ class MemorySession:
         self._log = _log_arrays(4 * n + 1024 if command_log else 1)
         self.command_log_enabled = command_log
         self.wall_s = 0.0
+        self.compile_s = 0.0  # compiling or loading this session's kernel variant, outside wall_s
+        self.kernel_cache: str | None = None  # "hit", "miss" or None (loaded earlier in this process)
+
+    def _kernel_args(self) -> tuple:
+        return (self.n, self._prm, self._gaps, self._scal, self._scratch, self._inputs, self._outputs, self._state,
+                self._log)
+
+    def _prepare_kernel(self) -> None:
+        """Compile (or load from numba's cache) the kernel variant this session runs, once per process, timed
+        apart from the simulation (`compile_s`, `kernel_cache`)."""
+        if self._variant in _PREPARED:
+            return
+        start = time.perf_counter()
+        what = describe_variant(self.cfg, self._variant)
+        self.kernel_cache = prepare_kernel(self._variant, self._kernel_args(), what)
+        self.compile_s += time.perf_counter() - start
 
     @property
     def now(self) -> int:
@@ -263,6 +283,7 @@ class MemorySession:
         """Simulate every event before `cycle` (all of them if `cycle` is None-like INF); return the time reached."""
         self._scal[K.S_TLIMIT] = cycle
         stop = self.n if stop_after_requests is None else stop_after_requests
+        self._prepare_kernel()
         start = time.perf_counter()
         while True:
             before = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
@@ -292,11 +313,11 @@ class MemorySession:
         k = int(self._scal[K.S_NLOG])
         return CommandLog(*(array[:k].copy() for array in self._log))
 
-    def result(self, compile_s: float = 0.0) -> ReplayResult:
+    def result(self) -> ReplayResult:
         accept, _ready, done, klass, conflict = self._outputs
         return ReplayResult(self.cfg, self.requests, self.pseudo_channel, accept, done, klass, conflict,
-                            self._named["cmd_count"], int(self._scal[K.S_LAST]), self.wall_s, compile_s,
-                            self.command_log(), self._named["qos_counts"])
+                            self._named["cmd_count"], int(self._scal[K.S_LAST]), self.wall_s, self.compile_s,
+                            self.command_log(), self._named["qos_counts"], self.kernel_cache)
 
 
 def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, progress: bool = False,
@@ -309,9 +330,6 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     n = len(requests)
     if n == 0:
         raise TraceError(EMPTY_TRACE)
-    compile_start = time.perf_counter()
-    warm_up()
-    compile_s = time.perf_counter() - compile_start
     session = MemorySession(cfg, requests.address, requests.is_write, requests.source, command_log=command_log,
                             tick_every_cycle=tick_every_cycle)
     session.release(0, n, requests.timestamp_cycles)
@@ -325,7 +343,7 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
             raise RuntimeError("the memory kernel stopped making progress")
     if bar is not None:
         bar.close()
-    return dataclasses.replace(session.result(compile_s), requests=requests)
+    return dataclasses.replace(session.result(), requests=requests)
 
 def _port_order(source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Request indices grouped by port (host first, then pnm), each in trace order, and the group bounds."""
@@ -406,25 +424,55 @@ def _log_arrays(capacity: int) -> tuple[np.ndarray, ...]:
 
 
 def _progress_bar(n: int) -> Any:
-    from tqdm import tqdm
+    from archsim.progress import progress_bar
 
-    return tqdm(total=n, unit="req", mininterval=1.0, delay=2.0, leave=False)
-
-
-_WARM = False
+    return progress_bar(n, "req", "replay")
 
 
-def warm_up() -> None:
-    """Compile (or load from cache) the kernel once per process on a two-request stream."""
-    global _WARM
-    if _WARM:
-        return
-    _WARM = True
+# the kernel variants compiled or loaded in this process, each with how (numba's cache "hit" or "miss")
+_PREPARED: dict[KernelVariant, str] = {}
+
+
+def describe_variant(cfg: MemoryConfig, variant: KernelVariant) -> str:
+    """What a kernel variant is compiled for, in words, for the one-line compile notice."""
+    kind = "general" if variant.general else "plain"
+    shape = (f", {variant.pseudo_channels} pseudo-channel(s) x {variant.ranks} rank(s)"
+             if variant.pseudo_channels else "")
+    return f"{cfg.standard} ({kind} kernel{shape})"
+
+
+def prepare_kernel(variant: KernelVariant, args: tuple, what: str) -> str:
+    """Compile `variant` for the types of `args` (a session's kernel arguments) or load it from numba's cache;
+    "hit" or "miss". A compile says so on stderr when that is a terminal, once per variant: it takes a minute."""
+    import numba
+
+    dispatcher = compiled_kernel(variant)
+    if not _on_disk(dispatcher) and sys.stderr.isatty():
+        print(f"archsim: compiling the memory kernel for {what}: first run only, about a minute; later runs load "
+              f"it from numba's cache", file=sys.stderr, flush=True)
+    dispatcher.compile(tuple(numba.typeof(a) for a in args))
+    outcome = "hit" if sum(dispatcher.stats.cache_hits.values()) else "miss"
+    _PREPARED[variant] = outcome
+    return outcome
+
+
+def _on_disk(dispatcher: Any) -> bool:
+    """Whether numba's cache has an index for this compiled function (numba's cache internals; False if they
+    change)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except AttributeError:
+        return False
+
+
+def warm_up(cfg: MemoryConfig | None = None) -> None:
+    """Compile (or load from cache) the kernel variant `cfg` runs (the HBM2 preset's without one), so that a
+    caller's own timing leaves it out."""
     from archsim.config.memory import memory_config_from_preset
 
-    cfg = memory_config_from_preset("HBM2")
-    reqs = Requests.build(np.array([0, 1]), np.array([0, 64]), np.array([0, 1]))
-    replay(cfg, reqs)
+    cfg = cfg or memory_config_from_preset("HBM2")
+    session = MemorySession(cfg, np.zeros(1, dtype=np.uint64), np.zeros(1, dtype=np.uint8))
+    session._prepare_kernel()
 
 
 __all__ = ["Requests", "ReplayResult", "CommandLog", "replay", "check_addresses", "SOURCES", "warm_up"]

@@ -78,7 +78,7 @@ class MemoryDomain:
 
     def __init__(self, cfg: MemoryConfig, units: list[int], address: list[np.ndarray],
                  is_write: list[np.ndarray]) -> None:
-        warm_up()
+        warm_up(cfg)
         self.cfg = cfg
         self.units = list(units)
         counts = [int(a.size) for a in address]
@@ -228,6 +228,8 @@ def merge_results(results: list[ReplayResult]) -> ReplayResult:
             merged[f.name] = max(values)
         elif f.name in ("wall_s", "compile_s"):
             merged[f.name] = sum(values)
+        elif f.name == "kernel_cache":
+            merged[f.name] = next((v for v in values if v is not None), None)  # how the shared variant came
         elif f.name == "command_log" or f.name == "config":
             merged[f.name] = values[0] if f.name == "config" else None
         elif isinstance(values[0], np.ndarray) and values[0].shape[:1] == (len(first.requests),):

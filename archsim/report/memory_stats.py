@@ -25,7 +25,10 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "sim.time_ns": ("ns", "sim.cycles x tCK"),
     "sim.wall_s": ("s", "host wall-clock time of the simulation loop, JIT compilation excluded "
                         "(0 with --reproducible)"),
-    "sim.compile_s": ("s", "host time spent compiling or loading the compiled kernel (0 with --reproducible)"),
+    "sim.compile_s": ("s", "host time spent compiling or loading the compiled kernel, outside sim.wall_s "
+                           "(0 with --reproducible)"),
+    "sim.kernel_cache": ("-", "where the run's kernel variant came from: hit (numba's cache), miss (compiled), "
+                              "loaded (earlier in the process); null with --reproducible"),
     "sim.requests_per_s": ("requests/s", "sim.requests / sim.wall_s: simulator speed (0 with --reproducible)"),
     "memory.standard": ("-", "DRAM preset the config starts from"),
     "memory.tCK_ns": ("ns", "command-clock period"),
@@ -158,6 +161,7 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "time_ns": round(time_ns, 6),
             "wall_s": wall,
             "compile_s": 0.0 if reproducible else round(result.compile_s, 6),
+            "kernel_cache": None if reproducible else (result.kernel_cache or "loaded"),
             "requests_per_s": 0.0 if reproducible else round(n / max(result.wall_s, 1e-9), 3),
         },
         "memory": {

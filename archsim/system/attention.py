@@ -136,7 +136,7 @@ def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: in
         kernel = KERNELS / "gqa_decode.s"
         text = (f"heads={group},kv_heads=1,head_dim={dims[0]},context={context},batch=1,tile={tile},"
                 f"kv_dtype={dtype}")
-    warm_up()
+    warm_up(memory)
     shape = parse_shape(text, kernel)
     work = build_workload(shape, kernel, units=1, address_space="channel_local",
                           unit_capacity_bytes=layout.unit_capacity_bytes, sram_capacity_bytes=pnm.sram_bytes)
