@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import click
-import yaml
 
 from archsim.errors import ArchsimError
 
@@ -94,6 +93,8 @@ def config() -> None:
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE", help="Override a value.")
 def config_show(path: str, resolved: bool, overrides: tuple[str, ...]) -> None:
     """Print a memory config; with --resolved, every value after presets and overrides, plus derived figures."""
+    import yaml
+
     from archsim.config.memory import load_memory_config
     from archsim.dram.spec import peak_bandwidth_GBps, peak_bandwidth_per_stack_GBps
 
@@ -119,6 +120,8 @@ def config_show(path: str, resolved: bool, overrides: tuple[str, ...]) -> None:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Memory YAML to write.")
 def config_import_dramsim3(ini: str, output: str) -> None:
     """Turn a DRAMSim3 .ini into an archsim memory config; lists every key it cannot honour."""
+    import yaml
+
     from archsim.config.dramsim3_import import import_dramsim3
     from archsim.config.memory import build_memory_config
     from archsim.trace.native import atomic_write_bytes
@@ -137,15 +140,61 @@ def config_import_dramsim3(ini: str, output: str) -> None:
             click.echo(f"  {note}", err=True)
 
 
-def _register_subsystem_commands() -> None:
-    """Commands that live with their subsystems (imported here so the layering stays: cli on top)."""
-    from archsim.isa.cli import isa
-    from archsim.pnm.cli import pnm
-    from archsim.system.cli import compare, simulate
-    from archsim.trace.cli_commands import capture, trace
+# Commands that live with their subsystems: name -> (module, attribute, one-line help). They are imported only
+# when run or asked for their own help, so that `archsim --help` and the start of every command import neither
+# numba nor the system model (a tenth of a second instead of most of a second); the layering stays: cli on top.
+# tests/test_cli.py checks each help line against the command's own docstring.
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "capture": ("archsim.trace.cli_commands", "capture",
+                "Run a model on a request scenario and write its logical (tensor-level) trace."),
+    "compare": ("archsim.system.cli", "compare",
+                "Several systems side by side on one workload: a table, JSON and a plot per system and context."),
+    "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
+    "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
+    "simulate": ("archsim.system.cli", "simulate",
+                 "Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."),
+    "trace": ("archsim.trace.cli_commands", "trace", "Inspect, convert and generate traces."),
+}
 
-    for command in (compare, simulate, isa, pnm, capture, trace):
-        main.add_command(command)
+
+def _lazy_command(name: str) -> click.Command:
+    import importlib
+
+    module, attribute, _help = LAZY_COMMANDS[name]
+    return getattr(importlib.import_module(module), attribute)
 
 
-_register_subsystem_commands()
+class _LazyStub(click.Command):
+    """Stands in for a lazily imported command in `archsim --help`: its name and one-line help only."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, help=LAZY_COMMANDS[name][2])
+
+
+def _list_commands(self: click.Group, ctx: click.Context) -> list[str]:
+    return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+
+def _get_command(self: click.Group, ctx: click.Context, name: str) -> click.Command | None:
+    if name in self.commands:
+        return self.commands[name]
+    if name not in LAZY_COMMANDS:
+        return None
+    if ctx.resilient_parsing or getattr(ctx, "_archsim_listing", False):
+        return _LazyStub(name)
+    command = _lazy_command(name)
+    self.commands[name] = command
+    return command
+
+
+def _format_commands(self: click.Group, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    ctx._archsim_listing = True  # the listing needs names and help lines only: no imports
+    try:
+        click.Group.format_commands(self, ctx, formatter)
+    finally:
+        ctx._archsim_listing = False
+
+
+_Group.list_commands = _list_commands
+_Group.get_command = _get_command
+_Group.format_commands = _format_commands

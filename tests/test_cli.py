@@ -1,12 +1,14 @@
 """The command line end to end: summary, JSON contract, determinism, errors as one line with exit code 2."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from archsim.cli import main
+from archsim.cli import LAZY_COMMANDS, _lazy_command, main
 from archsim.trace.native import save_physical_trace
 from archsim.trace.text_formats import write_dramsim3
 from tests.conftest import REPO
@@ -68,8 +70,26 @@ def test_replay_with_protocol_check(tmp_path, trace):
 
 def test_help_lists_every_command():
     result = CliRunner().invoke(main, ["--help"])
-    for command in ("replay", "config"):
+    for command in ("replay", "config", *LAZY_COMMANDS):
         assert command in result.output
+
+
+@pytest.mark.parametrize("name", sorted(LAZY_COMMANDS))
+def test_a_lazy_command_help_line_is_its_docstring_and_it_runs_as_itself(name):
+    """`archsim --help` lists the lazily imported commands from LAZY_COMMANDS: the lines must not drift."""
+    command = _lazy_command(name)
+    assert command.name == name
+    assert LAZY_COMMANDS[name][2] == command.help.strip().splitlines()[0]
+    result = CliRunner().invoke(main, [name, "--help"])
+    assert result.exit_code == 0 and f"Usage: main {name}" in result.output
+
+
+def test_help_imports_neither_numba_nor_the_system_model():
+    code = ("import sys; from archsim.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('numba', 'numpy', 'archsim.system', 'archsim.memory') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("setting,where", [
