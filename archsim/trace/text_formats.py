@@ -10,12 +10,15 @@ Blank lines and lines starting with `#` are skipped. A line that does not parse 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 
 from archsim.errors import EMPTY_TRACE, TraceError
+from archsim.progress import progress_bar
 from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
+from archsim.trace.text_scan import MAX_CYCLE, ST_ERROR, scan_file
 
 FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
 # DRAMSim3 reads these spellings (its common.cc); P_MEM_WR and BOFF are writes there too
@@ -26,13 +29,11 @@ _RAMULATOR_OPS = {"LD": 0, "ST": 1}
 _DETECT_BYTES = 4096
 
 
-def _lines(path: Path) -> list[str]:
+def _open(path: Path):  # noqa: ANN202 - a binary file
     try:
-        return path.read_text().splitlines()
+        return open(path, "rb")
     except FileNotFoundError:
         raise TraceError("no such file", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise TraceError("not a text trace (binary data)", file=str(path)) from None
 
 
 def _hex(token: str, file: str, lineno: int) -> int:
@@ -45,50 +46,60 @@ def _hex(token: str, file: str, lineno: int) -> int:
     return value
 
 
-def read_dramsim3(path: str | Path) -> PhysicalTrace:
-    path = Path(path)
+def _check_dramsim3_line(parts: list[str], line: str, file: str, lineno: int) -> None:
+    if len(parts) != 3 or parts[1] not in _DRAMSIM3_OPS:
+        raise TraceError(f"expected `0x<hex address> READ|WRITE <cycle>`, got {line.strip()!r}", file=file,
+                         where=f"line {lineno}")
+    _hex(parts[0], file, lineno)
+    if not parts[2].isdigit():
+        raise TraceError(f"cycle {parts[2]!r} is not a non-negative integer", file=file, where=f"line {lineno}")
+    if int(parts[2]) > MAX_CYCLE:
+        raise TraceError(f"cycle {parts[2]} is beyond the largest the simulator can hold ({MAX_CYCLE:,})",
+                         file=file, where=f"line {lineno}")
+
+
+def _check_ramulator_line(parts: list[str], line: str, file: str, lineno: int) -> None:
+    if len(parts) != 2 or parts[0] not in _RAMULATOR_OPS:
+        raise TraceError(f"expected `LD 0x<hex>` or `ST 0x<hex>`, got {line.strip()!r}", file=file,
+                         where=f"line {lineno}")
+    _hex(parts[1], file, lineno)
+
+
+def _raise_for_line(path: Path, lineno: int, dramsim3: bool) -> None:
+    """Say what is wrong with line `lineno`, which the scanner stopped at."""
     file = str(path)
-    addrs: list[int] = []
-    ops: list[int] = []
-    cycles: list[int] = []
-    for lineno, line in enumerate(_lines(path), 1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        if len(parts) != 3 or parts[1] not in _DRAMSIM3_OPS:
-            raise TraceError(f"expected `0x<hex address> READ|WRITE <cycle>`, got {line.strip()!r}", file=file,
-                             where=f"line {lineno}")
-        addrs.append(_hex(parts[0], file, lineno))
-        ops.append(_DRAMSIM3_OPS[parts[1]])
-        if not parts[2].isdigit():
-            raise TraceError(f"cycle {parts[2]!r} is not a non-negative integer", file=file, where=f"line {lineno}")
-        cycles.append(int(parts[2]))
-    return _finish(file, cycles, addrs, ops, "dramsim3")
+    with open(path, "rb") as handle:
+        raw = next(itertools.islice(handle, lineno - 1, None), b"")
+    try:
+        line = raw.decode()
+    except UnicodeDecodeError:
+        line = ""
+    if not line or "\0" in line:
+        raise TraceError("not a text trace (binary data)", file=file, where=f"line {lineno}")
+    (_check_dramsim3_line if dramsim3 else _check_ramulator_line)(line.split(), line, file, lineno)
+    form = "`0x<hex address> READ|WRITE <cycle>`" if dramsim3 else "`LD 0x<hex>` or `ST 0x<hex>`"
+    raise TraceError(f"expected {form}, got {line.strip()!r}", file=file, where=f"line {lineno}")
+
+
+def _read_text(path: str | Path, fmt: str) -> PhysicalTrace:
+    path = Path(path)
+    dramsim3 = fmt == "dramsim3"
+    with _open(path) as handle, progress_bar(path.stat().st_size, "B", f"parse {path.name}") as bar:
+        address, is_write, cycle, state = scan_file(handle, dramsim3, _DRAMSIM3_OPS if dramsim3 else _RAMULATOR_OPS,
+                                                    bar)
+    if state[ST_ERROR]:
+        _raise_for_line(path, int(state[ST_ERROR]), dramsim3)
+    if not address.size:
+        raise TraceError(EMPTY_TRACE, file=str(path))
+    return PhysicalTrace(cycle, address, is_write, np.zeros(address.size, dtype=np.uint8), {"format": fmt})
+
+
+def read_dramsim3(path: str | Path) -> PhysicalTrace:
+    return _read_text(path, "dramsim3")
 
 
 def read_ramulator(path: str | Path) -> PhysicalTrace:
-    path = Path(path)
-    file = str(path)
-    addrs: list[int] = []
-    ops: list[int] = []
-    for lineno, line in enumerate(_lines(path), 1):
-        parts = line.split()
-        if not parts or parts[0].startswith("#"):
-            continue
-        if len(parts) != 2 or parts[0] not in _RAMULATOR_OPS:
-            raise TraceError(f"expected `LD 0x<hex>` or `ST 0x<hex>`, got {line.strip()!r}", file=file,
-                             where=f"line {lineno}")
-        ops.append(_RAMULATOR_OPS[parts[0]])
-        addrs.append(_hex(parts[1], file, lineno))
-    return _finish(file, [0] * len(addrs), addrs, ops, "ramulator")
-
-
-def _finish(file: str, cycles: list[int], addrs: list[int], ops: list[int], fmt: str) -> PhysicalTrace:
-    if not addrs:
-        raise TraceError(EMPTY_TRACE, file=file)
-    n = len(addrs)
-    return PhysicalTrace(np.array(cycles, dtype=np.int64), np.array(addrs, dtype=np.uint64),
-                         np.array(ops, dtype=np.uint8), np.zeros(n, dtype=np.uint8), {"format": fmt})
+    return _read_text(path, "ramulator")
 
 
 def write_dramsim3(path: str | Path, timestamp_cycles: np.ndarray, address: np.ndarray,
