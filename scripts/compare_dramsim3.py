@@ -32,7 +32,7 @@ from archsim.report.output import write_json
 from archsim.trace.text_formats import write_dramsim3
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_INI = ROOT.parent / "shared" / "reference" / "dramsim3" / "HBM2_8Gb_x128.ini"
+DEFAULT_INI = ROOT / "tests" / "data" / "dramsim3" / "HBM2_8Gb_x128.ini"  # DRAMSim3's own, shipped with its licence
 BANDWIDTH_TOLERANCE = 0.15
 LATENCY_TOLERANCE = 0.25
 
