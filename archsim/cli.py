@@ -1,11 +1,14 @@
 """The `archsim` command line: every command is a thin shell over library calls.
 
-Bad input raises ArchsimError anywhere below; it becomes one line on stderr and exit code 2.
+Bad input raises ArchsimError anywhere below; it becomes one line on stderr and exit code 2, as does a
+usage error (an option's bad value). Any other exception is a bug: one line "archsim: internal error: ..."
+and exit code 3 (ARCHSIM_DEBUG=1 shows the traceback).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -14,16 +17,36 @@ import yaml
 
 from archsim.errors import ArchsimError
 
+DEBUG_ENV = "ARCHSIM_DEBUG"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
 
 class _Group(click.Group):
-    """Turns ArchsimError into one clear line and exit code 2 (no traceback)."""
+    """Turns ArchsimError and usage errors into one clear line and exit code 2, any other exception into
+    "internal error" and exit code 3 (no traceback unless ARCHSIM_DEBUG is set)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except ArchsimError as exc:
-            click.echo(f"archsim: error: {exc}", err=True)
+            click.echo(f"archsim: error: {_one_line(str(exc))}", err=True)
             sys.exit(2)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else ctx.command_path
+            click.echo(f"archsim: error: {command}: {_one_line(exc.format_message())} (see {command} --help)",
+                       err=True)
+            sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            click.echo(f"archsim: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+                       f"(a bug; {DEBUG_ENV}=1 shows the traceback)", err=True)
+            sys.exit(3)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,10 +74,13 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     from archsim.config.memory import load_memory_config
     from archsim.memory import Requests, check_addresses
     from archsim.memory import replay as run_replay
+    from archsim.outputs import OutputPlan
     from archsim.report.memory_stats import memory_stats
     from archsim.report.output import memory_summary_rows, table, write_json
     from archsim.trace.text_formats import read_trace
 
+    outputs = OutputPlan(inputs=[trace, memory_path])
+    outputs.add(json_path, "--json")
     cfg = load_memory_config(memory_path, overrides)
     physical = read_trace(trace, fmt)
     address = check_addresses(cfg, physical.address, wrap, trace)
@@ -72,8 +98,8 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
         verdict = check_command_log(result.command_log, cfg.organization, cfg.timing,
                                     refresh_mode=cfg.controller.refresh)
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
-    if json_path:
-        write_json(json_path, stats)
+    outputs.write(json_path, lambda tmp: write_json(tmp, stats))
+    outputs.commit()
     if not quiet:
         click.echo(table(memory_summary_rows(stats), title=f"archsim replay: {trace} on {memory_path}"))
         if check:
@@ -121,15 +147,18 @@ def config_import_dramsim3(ini: str, output: str) -> None:
     """Turn a DRAMSim3 .ini into an archsim memory config; lists every key it cannot honour."""
     from archsim.config.dramsim3_import import import_dramsim3
     from archsim.config.memory import build_memory_config
-    from archsim.trace.native import atomic_write_bytes
+    from archsim.outputs import OutputPlan
 
+    outputs = OutputPlan(inputs=[ini])
+    outputs.add(output, "--output")
     result = import_dramsim3(ini)
     build_memory_config(result.tree, ini)  # the imported config must itself be valid
     header = [f"# Imported from {Path(ini).name} by `archsim config import-dramsim3`.",
               "# The front end injects at most one request per cycle, as DRAMSim3's trace CPU does.",
               "# Keys not honoured:"] + [f"#   {note}" for note in result.not_honoured]
     text = "\n".join(header) + "\n" + yaml.safe_dump(result.tree, sort_keys=False)
-    atomic_write_bytes(output, lambda handle: handle.write(text.encode()), suffix=".yaml")
+    outputs.write(output, lambda tmp: tmp.write_text(text))
+    outputs.commit()
     click.echo(f"wrote {output}")
     if result.not_honoured:
         click.echo(f"{len(result.not_honoured)} keys of {ini} are not honoured:", err=True)

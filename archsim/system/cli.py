@@ -31,6 +31,13 @@ def _workload(workload_path: str | None, trace_path: str | None):  # noqa: ANN20
     return load_workload(workload_path) if workload_path else workload_from_trace(trace_path)
 
 
+def _inputs(configs: Sequence, workload) -> list[str]:  # noqa: ANN001 - SystemConfig, Workload: lazy imports
+    """The files a run reads that an output must not overwrite: system, memory and workload files."""
+    files = [c.file for c in configs] + [workload.source]
+    files += [c.pool.memory.source_file for c in configs if c.pool is not None]
+    return [f for f in files if f and f != "<mapping>"]
+
+
 def _breakdown(result: dict) -> str:
     parts = ", ".join(f"{k} {v / 1e6:.3f} ms" for k, v in result["breakdown_ns"].items() if v)
     energy = sorted(result["energy_breakdown_pJ_per_token"].items(), key=lambda kv: -kv[1])[:6]
@@ -59,6 +66,7 @@ def _breakdown(result: dict) -> str:
 def simulate(system: str, workload_path: str | None, trace_path: str | None, contexts: str | None,
              json_path: str | None, overrides: tuple[str, ...], quiet: bool) -> None:
     """Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."""
+    from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
     from archsim.system.config import load_system_config
     from archsim.system.report import render_table, result_tree, run_comparison
@@ -66,14 +74,16 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
     start = time.perf_counter()
     cfg = load_system_config(system, overrides)
     workload = _workload(workload_path, trace_path)
+    outputs = OutputPlan(inputs=_inputs([cfg], workload))
+    outputs.add(json_path, "--json")
     results = run_comparison([cfg], workload, _contexts(contexts))
     for r in results:
         if not r.ok:  # a single system: a workload that fits nowhere in it is bad input
             raise ConfigError(f"{r.status.removeprefix('infeasible: ')} (context {r.context} tokens, workload "
                               f"{workload.name})", file=cfg.file, where=_WHERE_FULL[cfg.kv_location])
     tree = result_tree([cfg], workload, results)
-    if json_path:
-        write_json(json_path, tree)
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.commit()
     if not quiet:
         click.echo(render_table(results, f"archsim simulate: {cfg.name} ({cfg.tier}), workload {workload.name}"))
         for entry in tree["results"]:
@@ -91,6 +101,7 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
 def compare(systems: Sequence[str], workload_path: str, contexts: str | None, json_path: str | None,
             plot_path: str | None, quiet: bool) -> None:
     """Several systems side by side on one workload: a table, JSON and a plot per system and context."""
+    from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
     from archsim.system.config import load_system_config
     from archsim.system.report import plot, render_table, result_tree, run_comparison
@@ -103,13 +114,15 @@ def compare(systems: Sequence[str], workload_path: str, contexts: str | None, js
         dup = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
     workload = load_workload(workload_path)
+    outputs = OutputPlan(inputs=_inputs(configs, workload))
+    outputs.add(json_path, "--json")
+    outputs.add(plot_path, "--plot", kind="plot")
     results = run_comparison(configs, workload, _contexts(contexts))
     tree = result_tree(configs, workload, results)
-    if json_path:
-        write_json(json_path, tree)
     title = f"archsim compare: workload {workload.name} ({workload.shape.name}, batch {workload.batch})"
-    if plot_path:
-        plot(results, plot_path, title)
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.write(plot_path, lambda tmp: plot(results, tmp, title))
+    outputs.commit()
     if not quiet:
         click.echo(render_table(results, title))
     click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)

@@ -73,9 +73,15 @@ _DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 def capture(output: str, **kwargs: Any) -> None:
     """Run a model on a request scenario and write its logical (tensor-level) trace."""
     from archsim.capture import CaptureOptions, capture_trace
+    from archsim.outputs import OutputPlan
 
+    outputs = OutputPlan(inputs=[kwargs["model"]] if Path(kwargs["model"]).exists() else [])
+    outputs.add(output, "--out")
     options = CaptureOptions(**kwargs)
-    result = capture_trace(options, output)
+    captured = []  # the capture runs as the output's writer: its records stream into the temp file
+    outputs.write(output, lambda tmp: captured.append(capture_trace(options, tmp)))
+    outputs.commit()
+    result = captured[0]
     size = Path(output).stat().st_size
     click.echo(f"wrote {output}: {result.steps} steps, {result.records:,} records, {size / 2**10:.1f} KiB")
 
@@ -210,9 +216,12 @@ def trace_convert(
     **placement_values: Any,
 ) -> None:
     """Map a logical trace onto a pool placement and write the physical request stream."""
+    from archsim.outputs import OutputPlan
     from archsim.trace.logical import LogicalTrace, is_logical_trace
     from archsim.trace.mapping import map_trace
 
+    outputs = OutputPlan(inputs=[path])
+    outputs.add(output, "--output")
     placement = build_placement(placement_values)
     if not is_logical_trace(path):
         LogicalTrace(path).close()  # raises the precise TraceError (missing, truncated, not logical...)
@@ -237,22 +246,24 @@ def trace_convert(
     if target == "dramsim3":
         from archsim.trace.text_formats import write_dramsim3
 
-        write_dramsim3(output, timestamps, address, is_write)
+        outputs.write(output, lambda tmp: write_dramsim3(tmp, timestamps, address, is_write))
     elif target == "ramulator":
         from archsim.trace.text_formats import write_ramulator
 
-        write_ramulator(output, address, is_write)
+        outputs.write(output, lambda tmp: write_ramulator(tmp, address, is_write))
     else:
+        from archsim.resources import display_path
         from archsim.trace.native import save_physical_trace
 
         header = {
-            "from_logical_trace": str(path),
+            "from_logical_trace": display_path(path),
             "placement": placement.as_dict(),
             "device": device_choice,
             "issue_interval_cycles": issue_interval_cycles,
             "address_space": "flat pool" if device_choice == "all" else "device-local",
         }
-        save_physical_trace(output, timestamps, address, is_write, source, header)
+        outputs.write(output, lambda tmp: save_physical_trace(tmp, timestamps, address, is_write, source, header))
+    outputs.commit()
     click.echo(
         f"wrote {output}: {len(address):,} requests ({int(is_write.sum()):,} writes) from "
         f"{len(streams.regions.address):,} regions on {placement.devices} device(s)"
@@ -300,8 +311,11 @@ def trace_convert(
 def trace_generate(model: str, workload: str, output: str, layers: int | None, dtype: str, **p: Any) -> None:
     """Write an analytic logical trace (same schema as capture) from a model preset."""
     from archsim.models import load_preset
+    from archsim.outputs import OutputPlan
     from archsim.workloads import chat_trace, decode_trace, prefill_trace, reasoning_trace
 
+    outputs = OutputPlan()
+    outputs.add(output, "--output")
     shape = load_preset(model).shape()
     if layers is not None:
         shape = shape.with_layers(layers)
@@ -333,5 +347,6 @@ def trace_generate(model: str, workload: str, output: str, layers: int | None, d
             segment_tokens=p["segment_tokens"],
             dtype=dtype,
         )
-    generated.write(output)
+    outputs.write(output, generated.write)
+    outputs.commit()
     click.echo(f"wrote {output}: {len(generated.steps)} steps of {workload} on {shape.name}")
