@@ -24,9 +24,35 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def _refuse_empty_values(command: click.Command) -> None:
+    """Make every option and argument of `command` (and of its subcommands) refuse an empty or blank string:
+    `--contexts ''` or `--set ''` is a mistake, never a request for the default."""
+    if getattr(command, "_archsim_guarded", False):
+        return
+    command._archsim_guarded = True  # type: ignore[attr-defined]
+    for sub in getattr(command, "commands", {}).values():
+        _refuse_empty_values(sub)
+    for param in command.params:
+        cast = param.type_cast_value
+
+        def type_cast_value(ctx: click.Context, value: object, cast=cast, param=param) -> object:  # noqa: B008
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, str) and not item.strip():
+                    raise click.BadParameter("must not be empty", ctx=ctx, param=param)
+            return cast(ctx, value)
+
+        param.type_cast_value = type_cast_value  # type: ignore[method-assign]
+
+
 class _Group(click.Group):
     """Turns ArchsimError and usage errors into one clear line and exit code 2, any other exception into
     "internal error" and exit code 3 (no traceback unless ARCHSIM_DEBUG is set)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _refuse_empty_values(command)
+        return command
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -64,12 +90,13 @@ def main() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the stats tree here.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
               help="Override a config value, e.g. memory.timing.tFAW=30ns (repeatable).")
+@click.option("--sort", is_flag=True, help="Sort requests stably by timestamp instead of refusing a decreasing one.")
 @click.option("--wrap", is_flag=True, help="Fold addresses beyond capacity into range instead of failing.")
 @click.option("--check", is_flag=True, help="Also verify the issued command log with the protocol checker.")
 @click.option("--reproducible", is_flag=True, help="Zero the host-timing stats so the JSON is byte-identical.")
 @click.option("--quiet", is_flag=True, help="No summary table.")
-def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], wrap: bool,
-           check: bool, reproducible: bool, quiet: bool) -> None:
+def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], sort: bool,
+           wrap: bool, check: bool, reproducible: bool, quiet: bool) -> None:
     """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats."""
     from archsim.config.memory import load_memory_config
     from archsim.memory import Requests, check_addresses
@@ -82,7 +109,10 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     outputs = OutputPlan(inputs=[trace, memory_path])
     outputs.add(json_path, "--json")
     cfg = load_memory_config(memory_path, overrides)
-    physical = read_trace(trace, fmt)
+    physical = read_trace(trace, fmt, sort=sort)
+    if physical.header.get("sorted_requests"):
+        click.echo(f"archsim: sorted by timestamp: {physical.header['sorted_requests']:,} of {len(physical):,} "
+                   "requests moved", err=True)
     address = check_addresses(cfg, physical.address, wrap, trace)
     requests = Requests.build(physical.timestamp_cycles, address, physical.is_write, physical.source)
     try:

@@ -19,6 +19,7 @@ from types import MappingProxyType
 import numpy as np
 
 from archsim.errors import ProgramError
+from archsim.inputs import read_text_input
 from archsim.isa.encoding import Instruction, check_operands
 from archsim.isa.expr import BASE_FUNCTIONS, ExprError, F32Bits, align_up, evaluate
 from archsim.isa.program import Program, SourceLoc, SramRegion, check_loops
@@ -403,6 +404,8 @@ class _Assembler:
         regions = tuple(SramRegion(r.name, r.address, r.size_bytes, r.loc, first_use.get(r.name))
                         for r in self.s.regions)
         constants = {k: v.value for k, v in self.s.symbols.items() if v.kind == "const"}
+        if not instructions:  # a PNM unit given no instruction would never halt
+            raise ProgramError("the program holds no instructions (an empty or comment-only source)", file=source)
         program = Program(tuple(instructions), max(self.s.sram_next, self.s.sram_min), source=source,
                           locations=locations, sram_regions=regions, symbols=MappingProxyType(constants))
         check_loops(program.instructions, table, program.error)
@@ -410,10 +413,7 @@ class _Assembler:
 
 
 def read_lines(path: Path) -> list[_Line]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProgramError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    text = read_text_input(path, ProgramError, what="assembly source")
     return [_Line(line, SourceLoc(str(path), number)) for number, line in enumerate(text.splitlines(), 1)]
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from archsim import outputs
 from archsim.errors import ProgramError
+from archsim.inputs import read_bytes_input
 from archsim.isa.encoding import Instruction, decode_words, encode_instructions
 from archsim.isa.table import IsaTable, load_table
 
@@ -154,9 +155,5 @@ def write_program(path: Path | str, program: Program, table: IsaTable | None = N
 
 
 def read_program(path: Path | str, table: IsaTable | None = None) -> Program:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ProgramError(f"cannot read program: {exc.strerror}", file=str(path)) from exc
+    data = read_bytes_input(path, ProgramError)
     return program_from_bytes(data, source=str(path), table=table)

@@ -18,9 +18,12 @@ _WHERE_FULL = {"gpu": "system.gpus.hbm_capacity", "pool": "system.pool.devices",
 def _contexts(text: str | None) -> tuple[int, ...] | None:
     from archsim.system.workload import parse_tokens
 
-    if not text:
+    if text is None:
         return None
-    return tuple(parse_tokens(part.strip(), "--contexts") for part in text.split(",") if part.strip())
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise ConfigError(f"an empty context in {text!r} (give e.g. 4K,32K)", where="--contexts")
+    return tuple(parse_tokens(part, "--contexts") for part in parts)
 
 
 def _workload(workload_path: str | None, trace_path: str | None):  # noqa: ANN202 - Workload, imported lazily

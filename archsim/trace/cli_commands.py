@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from archsim.errors import ConfigError, TraceError
+from archsim.errors import ConfigError
 
 _CONVERT_TARGETS = ("dramsim3", "ramulator", "native")
 
@@ -187,6 +187,30 @@ def build_placement(values: dict[str, Any]) -> Any:
     return PoolPlacement.from_dict(data, where="placement")
 
 
+def _convert_physical(path: str, target: str, output: str, outputs: Any, sort: bool) -> None:
+    """A physical trace in another format (placement options do not apply: the addresses stay)."""
+    from archsim.resources import display_path
+    from archsim.trace.native import save_physical_trace
+    from archsim.trace.text_formats import detect_format, read_trace, write_dramsim3, write_ramulator
+
+    fmt = detect_format(path)
+    physical = read_trace(path, fmt, sort=sort)
+    moved = physical.header.get("sorted_requests", 0)
+    if target == "dramsim3":
+        outputs.write(output, lambda tmp: write_dramsim3(tmp, physical.timestamp_cycles, physical.address,
+                                                         physical.is_write))
+    elif target == "ramulator":  # LoadStore text has no timestamps: file order is all that remains
+        outputs.write(output, lambda tmp: write_ramulator(tmp, physical.address, physical.is_write))
+    else:
+        header = {"converted_from": display_path(path), "from_format": fmt, "sorted_requests": moved}
+        outputs.write(output, lambda tmp: save_physical_trace(tmp, physical.timestamp_cycles, physical.address,
+                                                              physical.is_write, physical.source, header))
+    outputs.commit()
+    note = f", sorted by timestamp ({moved:,} requests moved)" if sort else ""
+    click.echo(f"wrote {output}: {len(physical):,} requests ({int(physical.is_write.sum()):,} writes) from a "
+               f"{fmt} trace{note}")
+
+
 @trace.command("convert")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--to", "target", required=True, type=click.Choice(_CONVERT_TARGETS), help="Output format.")
@@ -206,6 +230,8 @@ def build_placement(values: dict[str, Any]) -> Any:
     show_default=True,
     help="Cycles between consecutive requests' timestamps.",
 )
+@click.option("--sort", is_flag=True,
+              help="Physical input: sort requests stably by timestamp instead of refusing a decreasing one.")
 @placement_options
 def trace_convert(
     path: str,
@@ -213,9 +239,11 @@ def trace_convert(
     output: str,
     device_choice: str,
     issue_interval_cycles: int,
+    sort: bool,
     **placement_values: Any,
 ) -> None:
-    """Map a logical trace onto a pool placement and write the physical request stream."""
+    """Map a logical trace onto a pool placement and write the physical request stream; or turn a physical
+    trace (archsim .npz, DRAMSim3 or Ramulator 2 text) into another format."""
     from archsim.outputs import OutputPlan
     from archsim.trace.logical import LogicalTrace, is_logical_trace
     from archsim.trace.mapping import map_trace
@@ -224,8 +252,8 @@ def trace_convert(
     outputs.add(output, "--output")
     placement = build_placement(placement_values)
     if not is_logical_trace(path):
-        LogicalTrace(path).close()  # raises the precise TraceError (missing, truncated, not logical...)
-        raise TraceError("not a logical trace", file=path)
+        _convert_physical(path, target, output, outputs, sort)
+        return
     if device_choice != "all" and (not device_choice.isdigit() or int(device_choice) >= placement.devices):
         raise ConfigError(
             f"must be 'all' or a device index below {placement.devices}, got {device_choice!r}",

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import TraceError
+from archsim.inputs import check_input
 from archsim.outputs import atomic_write
 
 SCHEMA = "archsim.physical_trace"
@@ -76,7 +77,7 @@ def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address:
 
 
 def load_physical_trace(path: str | Path) -> PhysicalTrace:
-    path = Path(path)
+    path = check_input(path, TraceError)
     file = str(path)
     try:
         with np.load(path, allow_pickle=False) as data:
