@@ -371,6 +371,8 @@ class _Assembler:
 
     def finish(self, source: str) -> Program:
         table = self.s.table
+        if not self.s.pending:  # a PNM unit given no instruction would never halt
+            raise ProgramError("the program holds no instructions (an empty or comment-only source)", file=source)
         unused = sorted(self.s.defines - self.s.declared)
         if unused:
             raise ProgramError(f"-D {', '.join(unused)}: not a parameter of this program "
@@ -404,8 +406,6 @@ class _Assembler:
         regions = tuple(SramRegion(r.name, r.address, r.size_bytes, r.loc, first_use.get(r.name))
                         for r in self.s.regions)
         constants = {k: v.value for k, v in self.s.symbols.items() if v.kind == "const"}
-        if not instructions:  # a PNM unit given no instruction would never halt
-            raise ProgramError("the program holds no instructions (an empty or comment-only source)", file=source)
         program = Program(tuple(instructions), max(self.s.sram_next, self.s.sram_min), source=source,
                           locations=locations, sram_regions=regions, symbols=MappingProxyType(constants))
         check_loops(program.instructions, table, program.error)
