@@ -13,8 +13,9 @@ written (a probe file is created and removed at once); a plot suffix matplotlib 
 `commit` runs each writer on a temp file beside its target (same directory, so the rename is atomic), gives
 it mode 0666 less the umask (mkstemp's 0600 would hide results from other users), then renames them all; if
 any writer or rename fails, or Ctrl-C arrives, the targets already replaced get their old contents back, new
-ones are removed, and no temp file or created directory remains. Leaving a `with plan:` block through an
-exception aborts the same way.
+ones are removed, and no temp file or created directory remains. Nothing is written before `commit`, so a
+command that fails or is interrupted earlier leaves nothing either. Every command with a file output, present
+or future (serve, plan, sweep, report, timelines), writes through a plan; tests/test_outputs.py finds them all.
 """
 
 from __future__ import annotations
