@@ -120,6 +120,11 @@ CASES = [
     ("convert decreasing", ["trace", "convert", "{t}/dec.trace", "--to", "native", "-o", "{t}/out.npz"],
      ["dec.trace", "line 4", "--sort"]),
     ("convert loop", ["trace", "convert", "{t}/loop.a", "--to", "native", "-o", "{t}/out.npz"], ["loop.a", "loop"]),
+    ("convert interval overflow", ["trace", "convert", str(REPO / "traces" / "tiny-llama_chat.npz"), "--to", "native",
+                                   "--issue-interval", str(2**62), "-o", "{t}/out.npz"],
+     ["--issue-interval", "9,223,372,036,854,775,807"]),
+    ("generate batch 1e11", ["trace", "generate", "--model", "tiny-llama", "--workload", "decode", "--batch",
+                             "100000000000", "-o", "{t}/out.npz"], ["batch", "2,147,483,647"]),
     ("generate empty model", ["trace", "generate", "--model", "", "--workload", "decode", "-o", "{t}/out.npz"],
      ["--model", "empty"]),
 ]

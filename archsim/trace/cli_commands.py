@@ -247,6 +247,7 @@ def trace_convert(
     from archsim.outputs import OutputPlan
     from archsim.trace.logical import LogicalTrace, is_logical_trace
     from archsim.trace.mapping import map_trace
+    from archsim.trace.text_formats import MAX_CYCLE
 
     outputs = OutputPlan(inputs=[path])
     outputs.add(output, "--output")
@@ -261,6 +262,10 @@ def trace_convert(
         )
     with LogicalTrace(path) as logical:
         streams = map_trace(logical, placement, issue_interval_cycles=issue_interval_cycles)
+    last_request = max(len(streams.timestamp_cycles) - 1, 0)
+    if issue_interval_cycles * last_request > MAX_CYCLE:
+        raise ConfigError(f"{issue_interval_cycles:,} cycles x {last_request:,} requests pass the largest timestamp "
+                          f"({MAX_CYCLE:,}, int64)", where="--issue-interval")
     if device_choice == "all":
         address, mask = streams.flat_address(), slice(None)
     else:
