@@ -1,11 +1,14 @@
 """The `archsim` command line: every command is a thin shell over library calls.
 
-Bad input raises ArchsimError anywhere below; it becomes one line on stderr and exit code 2.
+Bad input raises ArchsimError anywhere below; it becomes one line on stderr and exit code 2, as does a
+usage error (an option's bad value). Any other exception is a bug: one line "archsim: internal error: ..."
+and exit code 3 (ARCHSIM_DEBUG=1 shows the traceback).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -13,16 +16,107 @@ import click
 
 from archsim.errors import ArchsimError
 
+DEBUG_ENV = "ARCHSIM_DEBUG"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _refuse_empty_values(command: click.Command) -> None:
+    """Make every option and argument of `command` (and of its subcommands) refuse an empty or blank string:
+    `--contexts ''` or `--set ''` is a mistake, never a request for the default."""
+    if getattr(command, "_archsim_guarded", False):
+        return
+    command._archsim_guarded = True  # type: ignore[attr-defined]
+    for sub in getattr(command, "commands", {}).values():
+        _refuse_empty_values(sub)
+    for param in command.params:
+        cast = param.type_cast_value
+
+        def type_cast_value(ctx: click.Context, value: object, cast=cast, param=param) -> object:  # noqa: B008
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(item, str) and not item.strip():
+                    raise click.BadParameter("must not be empty", ctx=ctx, param=param)
+            return cast(ctx, value)
+
+        param.type_cast_value = type_cast_value  # type: ignore[method-assign]
+
+
+# Commands that live with their subsystems: name -> (module, attribute, one-line help). They are imported only
+# when run or asked for their own help, so that `archsim --help` and the start of every command import neither
+# numba nor the system model (a tenth of a second instead of most of a second); the layering stays: cli on top.
+# tests/test_cli.py checks each help line against the command's own docstring.
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "capture": ("archsim.trace.cli_commands", "capture",
+                "Run a model on a request scenario and write its logical (tensor-level) trace."),
+    "compare": ("archsim.system.cli", "compare",
+                "Several systems side by side on one workload: a table, JSON and a plot per system and context."),
+    "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
+    "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
+    "simulate": ("archsim.system.cli", "simulate",
+                 "Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."),
+    "trace": ("archsim.trace.cli_commands", "trace", "Inspect, convert and generate traces."),
+}
+
+
+def _lazy_command(name: str) -> click.Command:
+    import importlib
+
+    module, attribute, _help = LAZY_COMMANDS[name]
+    return getattr(importlib.import_module(module), attribute)
+
+
+class _LazyStub(click.Command):
+    """Stands in for a lazily imported command in `archsim --help`: its name and one-line help only."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, help=LAZY_COMMANDS[name][2])
+
 
 class _Group(click.Group):
-    """Turns ArchsimError into one clear line and exit code 2 (no traceback)."""
+    """Turns ArchsimError and usage errors into one clear line and exit code 2, any other exception into
+    "internal error" and exit code 3 (no traceback unless ARCHSIM_DEBUG is set)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            if ctx.resilient_parsing or getattr(ctx, "_archsim_listing", False):
+                return _LazyStub(cmd_name)  # the listing needs names and help lines only: no imports
+            self.commands[cmd_name] = _lazy_command(cmd_name)
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _refuse_empty_values(command)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        ctx._archsim_listing = True  # type: ignore[attr-defined]
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            ctx._archsim_listing = False  # type: ignore[attr-defined]
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except ArchsimError as exc:
-            click.echo(f"archsim: error: {exc}", err=True)
+            click.echo(f"archsim: error: {_one_line(str(exc))}", err=True)
             sys.exit(2)
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else ctx.command_path
+            click.echo(f"archsim: error: {command}: {_one_line(exc.format_message())} (see {command} --help)",
+                       err=True)
+            sys.exit(2)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            click.echo(f"archsim: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+                       f"(a bug; {DEBUG_ENV}=1 shows the traceback)", err=True)
+            sys.exit(3)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,22 +134,29 @@ def main() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the stats tree here.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
               help="Override a config value, e.g. memory.timing.tFAW=30ns (repeatable).")
+@click.option("--sort", is_flag=True, help="Sort requests stably by timestamp instead of refusing a decreasing one.")
 @click.option("--wrap", is_flag=True, help="Fold addresses beyond capacity into range instead of failing.")
 @click.option("--check", is_flag=True, help="Also verify the issued command log with the protocol checker.")
 @click.option("--reproducible", is_flag=True, help="Zero the host-timing stats so the JSON is byte-identical.")
 @click.option("--quiet", is_flag=True, help="No summary table.")
-def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], wrap: bool,
-           check: bool, reproducible: bool, quiet: bool) -> None:
+def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], sort: bool,
+           wrap: bool, check: bool, reproducible: bool, quiet: bool) -> None:
     """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats."""
     from archsim.config.memory import load_memory_config
     from archsim.memory import Requests, check_addresses
     from archsim.memory import replay as run_replay
+    from archsim.outputs import OutputPlan
     from archsim.report.memory_stats import memory_stats
     from archsim.report.output import memory_summary_rows, table, write_json
     from archsim.trace.text_formats import read_trace
 
+    outputs = OutputPlan(inputs=[trace, memory_path])
+    outputs.add(json_path, "--json")
     cfg = load_memory_config(memory_path, overrides)
-    physical = read_trace(trace, fmt)
+    physical = read_trace(trace, fmt, sort=sort)
+    if physical.header.get("sorted_requests"):
+        click.echo(f"archsim: sorted by timestamp: {physical.header['sorted_requests']:,} of {len(physical):,} "
+                   "requests moved", err=True)
     address = check_addresses(cfg, physical.address, wrap, trace)
     requests = Requests.build(physical.timestamp_cycles, address, physical.is_write, physical.source)
     try:
@@ -71,8 +172,8 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
         verdict = check_command_log(result.command_log, cfg.organization, cfg.timing,
                                     refresh_mode=cfg.controller.refresh)
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
-    if json_path:
-        write_json(json_path, stats)
+    outputs.write(json_path, lambda tmp: write_json(tmp, stats))
+    outputs.commit()
     if not quiet:
         click.echo(table(memory_summary_rows(stats), title=f"archsim replay: {trace} on {memory_path}"))
         if check:
@@ -124,77 +225,20 @@ def config_import_dramsim3(ini: str, output: str) -> None:
 
     from archsim.config.dramsim3_import import import_dramsim3
     from archsim.config.memory import build_memory_config
-    from archsim.trace.native import atomic_write_bytes
+    from archsim.outputs import OutputPlan
 
+    outputs = OutputPlan(inputs=[ini])
+    outputs.add(output, "--output")
     result = import_dramsim3(ini)
     build_memory_config(result.tree, ini)  # the imported config must itself be valid
     header = [f"# Imported from {Path(ini).name} by `archsim config import-dramsim3`.",
               "# The front end injects at most one request per cycle, as DRAMSim3's trace CPU does.",
               "# Keys not honoured:"] + [f"#   {note}" for note in result.not_honoured]
     text = "\n".join(header) + "\n" + yaml.safe_dump(result.tree, sort_keys=False)
-    atomic_write_bytes(output, lambda handle: handle.write(text.encode()), suffix=".yaml")
+    outputs.write(output, lambda tmp: tmp.write_text(text))
+    outputs.commit()
     click.echo(f"wrote {output}")
     if result.not_honoured:
         click.echo(f"{len(result.not_honoured)} keys of {ini} are not honoured:", err=True)
         for note in result.not_honoured:
             click.echo(f"  {note}", err=True)
-
-
-# Commands that live with their subsystems: name -> (module, attribute, one-line help). They are imported only
-# when run or asked for their own help, so that `archsim --help` and the start of every command import neither
-# numba nor the system model (a tenth of a second instead of most of a second); the layering stays: cli on top.
-# tests/test_cli.py checks each help line against the command's own docstring.
-LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "capture": ("archsim.trace.cli_commands", "capture",
-                "Run a model on a request scenario and write its logical (tensor-level) trace."),
-    "compare": ("archsim.system.cli", "compare",
-                "Several systems side by side on one workload: a table, JSON and a plot per system and context."),
-    "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
-    "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
-    "simulate": ("archsim.system.cli", "simulate",
-                 "Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."),
-    "trace": ("archsim.trace.cli_commands", "trace", "Inspect, convert and generate traces."),
-}
-
-
-def _lazy_command(name: str) -> click.Command:
-    import importlib
-
-    module, attribute, _help = LAZY_COMMANDS[name]
-    return getattr(importlib.import_module(module), attribute)
-
-
-class _LazyStub(click.Command):
-    """Stands in for a lazily imported command in `archsim --help`: its name and one-line help only."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name, help=LAZY_COMMANDS[name][2])
-
-
-def _list_commands(self: click.Group, ctx: click.Context) -> list[str]:
-    return sorted(set(self.commands) | set(LAZY_COMMANDS))
-
-
-def _get_command(self: click.Group, ctx: click.Context, name: str) -> click.Command | None:
-    if name in self.commands:
-        return self.commands[name]
-    if name not in LAZY_COMMANDS:
-        return None
-    if ctx.resilient_parsing or getattr(ctx, "_archsim_listing", False):
-        return _LazyStub(name)
-    command = _lazy_command(name)
-    self.commands[name] = command
-    return command
-
-
-def _format_commands(self: click.Group, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-    ctx._archsim_listing = True  # the listing needs names and help lines only: no imports
-    try:
-        click.Group.format_commands(self, ctx, formatter)
-    finally:
-        ctx._archsim_listing = False
-
-
-_Group.list_commands = _list_commands
-_Group.get_command = _get_command
-_Group.format_commands = _format_commands

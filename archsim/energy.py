@@ -31,9 +31,10 @@ from typing import Any
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
+from archsim.resources import data_path
 from archsim.units import parse_size_bytes
 
-DEFAULT_TABLE = Path(__file__).resolve().parent.parent / "configs" / "energy" / "default.yaml"
+DEFAULT_TABLE = data_path("configs", "energy", "default.yaml")
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from archsim.memory import warm_up
 from archsim.pnm.simulate import run_pnm
 from archsim.pnm.stats import pnm_stats
 from archsim.pnm.unit_config import load_pnm_config
+from archsim.resources import SOURCE_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = SOURCE_ROOT
 
 
 def main() -> None:

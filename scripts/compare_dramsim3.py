@@ -29,10 +29,11 @@ import numpy as np
 
 from archsim.config.memory import MemoryConfig, load_memory_config
 from archsim.report.output import write_json
+from archsim.resources import SOURCE_ROOT
 from archsim.trace.text_formats import write_dramsim3
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_INI = ROOT.parent / "shared" / "reference" / "dramsim3" / "HBM2_8Gb_x128.ini"
+ROOT = SOURCE_ROOT
+DEFAULT_INI = ROOT / "tests" / "data" / "dramsim3" / "HBM2_8Gb_x128.ini"  # DRAMSim3's own, shipped with its licence
 BANDWIDTH_TOLERANCE = 0.15
 LATENCY_TOLERANCE = 0.25
 

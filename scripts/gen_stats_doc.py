@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from archsim.pnm.stats import render_pnm_stats_table
 from archsim.report.memory_stats import SCHEMA, STAT_DOCS
+from archsim.resources import SOURCE_ROOT
 
 HEADER = f"""# Stats reference (`{SCHEMA}`)
 
@@ -37,7 +37,7 @@ def render() -> str:
 
 
 def main() -> int:
-    target = Path(__file__).resolve().parent.parent / "docs" / "stats.md"
+    target = SOURCE_ROOT / "docs" / "stats.md"
     target.write_text(render())
     print(f"wrote {target}", file=sys.stderr)
     return 0

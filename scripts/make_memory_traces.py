@@ -11,15 +11,14 @@ traces/stream_hbm2.trace   a DRAMSim3-format stream (64 B reads, one every 2 cyc
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from archsim.config.memory import memory_config_from_preset
+from archsim.resources import SOURCE_ROOT
 from archsim.trace.native import save_physical_trace
 from archsim.trace.text_formats import write_dramsim3
 
-ROOT = Path(__file__).resolve().parent.parent / "traces"
+ROOT = SOURCE_ROOT / "traces"
 
 
 def kv_decode_stream(seed: int = 7) -> dict[str, np.ndarray]:

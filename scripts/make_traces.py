@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from archsim.capture import CaptureOptions, capture_trace
+from archsim.resources import SOURCE_ROOT
 from archsim.trace.info import summarize
 
 MAX_BYTES = 2 * 2**20
@@ -39,7 +40,7 @@ TRACES = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "traces")
+    parser.add_argument("--out", type=Path, default=SOURCE_ROOT / "traces")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for name, options in TRACES.items():

@@ -12,7 +12,8 @@ from archsim.memory import ReplayResult, Requests, replay
 
 REPO = Path(__file__).resolve().parent.parent
 PRESETS = ("HBM2", "HBM3", "HBM3E")
-DRAMSIM3_INI = REPO.parent / "shared" / "reference" / "dramsim3" / "HBM2_8Gb_x128.ini"
+# DRAMSim3's HBM2 .ini, shipped with its MIT licence (tests/data/dramsim3/LICENSE)
+DRAMSIM3_INI = REPO / "tests" / "data" / "dramsim3" / "HBM2_8Gb_x128.ini"
 
 
 def config(preset: str, *overrides: str) -> MemoryConfig:

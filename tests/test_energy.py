@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
 
 from archsim.energy import DEFAULT_TABLE, EnergyTable, energy_breakdown, energy_by_action, total_energy_pJ
 from archsim.errors import ConfigError
 from archsim.interconnect import Flow, Topology, simulate_flows
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SCALE = (7 / 45) * (0.75 / 0.9) ** 2
 
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from archsim.isa import load_table
 from archsim.isa.doc import render_isa_markdown
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
 
 
 def test_isa_doc_is_up_to_date() -> None:

@@ -23,6 +23,7 @@ from archsim.trace.mapping import (
     map_trace,
 )
 from archsim.workloads import chat_trace, decode_trace, reasoning_trace
+from tests.conftest import REPO
 
 SMALL = {"channels_per_device": 4, "capacity_per_device_bytes": 1 << 24, "kv_block_tokens": 4}
 
@@ -267,7 +268,7 @@ def test_convert_errors_are_one_line_and_write_nothing(trace_file: Path, tmp_pat
 
 def test_captured_trace_replays_through_the_dram_model(tmp_path: Path) -> None:
     """End to end: shipped capture -> mapping -> native physical trace -> `archsim replay` on HBM3."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO
     memory = repo / "configs" / "memory" / "hbm3.yaml"
     logical_path = repo / "traces" / "tiny-llama_chat.npz"
     if not memory.is_file() or not logical_path.is_file():

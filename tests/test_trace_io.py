@@ -85,14 +85,20 @@ def test_auto_detection_does_not_call_a_long_comment_head_empty(tmp_path):
 
 
 def test_dramsim3_spellings_and_backwards_timestamps(tmp_path):
-    """DRAMSim3's other operation names parse; a timestamp below an earlier one waits behind it (file order)."""
+    """DRAMSim3's other operation names parse; a decreasing timestamp is refused naming its line (blank and
+    comment lines counted), unless sorted (stably); requests built directly still go in array order."""
     from archsim.memory import Requests, replay
     from tests.conftest import config
 
     path = tmp_path / "d.trace"
-    path.write_text("0x0 P_MEM_RD 100\n0x40 P_MEM_WR 5\n0x80 read 0\n0xc0 BOFF 200\n")
-    trace = read_trace(path)
-    assert trace.is_write.tolist() == [0, 1, 0, 1]
-    result = replay(config("HBM2"), Requests.build(trace.timestamp_cycles, trace.address, trace.is_write))
-    assert result.accept_cycle.tolist()[:3] == [100, 100, 100]  # in file order, none before its own time
+    path.write_text("# head\n0x0 P_MEM_RD 100\n\n0x40 P_MEM_WR 5\n0x80 read 5\n0xc0 BOFF 200\n")
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert info.value.where == "line 4" and "5 is below the previous request's 100" in info.value.detail
+    trace = read_trace(path, sort=True)
+    assert trace.timestamp_cycles.tolist() == [5, 5, 100, 200] and trace.address.tolist() == [0x40, 0x80, 0, 0xc0]
+    assert trace.is_write.tolist() == [1, 0, 0, 1] and trace.header["sorted_requests"] == 3
+    backwards = Requests.build(np.array([100, 5, 0, 200], dtype=np.int64), trace.address, trace.is_write)
+    result = replay(config("HBM2"), backwards)
+    assert result.accept_cycle.tolist()[:3] == [100, 100, 100]  # in array order, none before its own time
     assert result.accept_cycle[3] == 200

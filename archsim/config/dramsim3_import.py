@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import ConfigError
+from archsim.inputs import read_text_input
 
 # DRAMSim3 defaults (configuration.cc, InitTimingParams/InitSystemParams) for keys a file may omit.
 _TIMING_DEFAULTS = {"AL": 0, "CL": 12, "CWL": 12, "tCCD_L": 6, "tCCD_S": 4, "tRTRS": 2, "tRTP": 5, "tWTR_L": 5,
@@ -84,11 +85,9 @@ def import_dramsim3(path: str | Path) -> ImportResult:
     file = str(path)
     parser = configparser.ConfigParser()
     parser.optionxform = str  # keys are case-sensitive (tRRD_S vs trrd_s)
+    text = read_text_input(path, ConfigError, what=".ini")
     try:
-        with open(path) as handle:
-            parser.read_file(handle)
-    except FileNotFoundError:
-        raise ConfigError("no such file", file=file) from None
+        parser.read_string(text, source=file)
     except configparser.Error as exc:
         raise ConfigError(f"not a valid .ini: {exc.message.splitlines()[0]}", file=file) from None
     for section in ("dram_structure", "timing", "system"):

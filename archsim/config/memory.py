@@ -26,6 +26,9 @@ from archsim.dram.spec import Organization, Timing, parse_organization, parse_ti
 from archsim.errors import ConfigError
 from archsim.registry import Registry
 
+# The kernel holds each queue as arrays of depth x pseudo-channels int64 entries; real controllers queue 32-128
+# requests, and 65,536 keeps a queue's arrays within tens of MB on the largest preset instead of TiB.
+MAX_QUEUE_DEPTH = 1 << 16
 STANDARDS_DIR = Path(__file__).resolve().parent.parent / "dram" / "standards"
 
 SCHEDULERS: Registry[int] = Registry("scheduler")
@@ -111,8 +114,8 @@ def _impl_section(section: Section, key: str, registry: Registry, default: str) 
 
 
 def parse_controller(section: Section) -> ControllerConfig:
-    rq = section.int("read_queue_depth", 32, minimum=1)
-    wq = section.int("write_queue_depth", 32, minimum=1)
+    rq = section.int("read_queue_depth", 32, minimum=1, maximum=MAX_QUEUE_DEPTH)
+    wq = section.int("write_queue_depth", 32, minimum=1, maximum=MAX_QUEUE_DEPTH)
     scheduler = section.choice("scheduler", SCHEDULERS.names(), "frfcfs")
     policy, policy_section = _impl_section(section, "row_policy", ROW_POLICIES, "open")
     cap = policy_section.int("cap", 4, minimum=1) if policy == "open_cap" else 4
@@ -149,7 +152,7 @@ def parse_controller(section: Section) -> ControllerConfig:
     age_cap = section.int("age_cap_cycles", 0, minimum=0)
     delay = section.int("frontend_delay_cycles", 1, minimum=1)
     forward = section.bool("write_queue_forwarding", True)
-    bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0)
+    bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0, maximum=MAX_QUEUE_DEPTH)
     section.done()
     return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, idle_threshold, refresh, arbiter,
                             favor, weights, source, share, burst, age_cap, stagger, holds_columns, delay, forward,

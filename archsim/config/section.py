@@ -11,6 +11,8 @@ T = TypeVar("T")
 _MISSING: Any = object()
 
 
+INT64_MAX = 2**63 - 1
+
 class Section:
     """Wraps a mapping at dotted `path` of `file`; `done()` rejects keys nobody asked for."""
 
@@ -48,12 +50,15 @@ class Section:
         except ConfigError as exc:
             raise exc.located(self.file) from None
 
-    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = 0) -> int:
+    def int(self, key: str, default: Any = _MISSING, *, minimum: int | None = 0, maximum: int = INT64_MAX) -> int:
+        """An integer in [minimum, maximum]; by default at most what an int64 (numpy, the kernels) holds."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(key, f"expected an integer, got {value!r}")
         if minimum is not None and value < minimum:
             raise self.error(key, f"must be >= {minimum}, got {value}")
+        if value > maximum:
+            raise self.error(key, f"must be <= {maximum:,}, got {value:,}")
         return value
 
     def float(self, key: str, default: Any = _MISSING) -> float:

@@ -8,21 +8,51 @@ from typing import Any
 import yaml
 
 from archsim.errors import ConfigError
+from archsim.inputs import read_text_input
+
+
+def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, int, int] | None:
+    """The first mapping key given twice below `node`: (dotted path, its line, the first one's line)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            path = f"{where}.{key}" if where else str(key)
+            if key is not None and key != "<<":
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    return path, line, seen[key]
+                seen[key] = line
+            found = _duplicate_key(value_node, path)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found = _duplicate_key(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; unreadable files and syntax errors name the file (and the line)."""
-    path = Path(path)
+    """Parse a YAML file; unreadable files, syntax errors and duplicate keys name the file (and the line).
+
+    YAML itself lets a repeated key silently replace the first; in a config that hides a typo or a
+    merge mistake, so it is refused.
+    """
+    file = str(path)
+    text = read_text_input(path, ConfigError, what="YAML")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
-    try:
+        duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+        if duplicate:
+            key, line, first = duplicate
+            raise ConfigError(f"key {key.rsplit('.', 1)[-1]!r} given twice (first on line {first})", file=file,
+                              where=f"{key} (line {line})")
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
-        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path), where=where) from None
+        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=file, where=where) from None
 
 
 def resolve_preset(name_or_path: str | Path, presets_dir: Path, kind: str) -> Path:

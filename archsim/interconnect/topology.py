@@ -34,9 +34,10 @@ import networkx as nx
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
+from archsim.resources import data_path
 from archsim.units import parse_bandwidth_GBps, parse_time_ns
 
-PRESETS_DIR = Path(__file__).resolve().parents[2] / "configs" / "interconnect"
+PRESETS_DIR = data_path("configs", "interconnect")
 
 
 @dataclass(frozen=True)

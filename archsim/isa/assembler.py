@@ -19,6 +19,7 @@ from types import MappingProxyType
 import numpy as np
 
 from archsim.errors import ProgramError
+from archsim.inputs import read_text_input
 from archsim.isa.encoding import Instruction, check_operands
 from archsim.isa.expr import BASE_FUNCTIONS, ExprError, F32Bits, align_up, evaluate
 from archsim.isa.program import Program, SourceLoc, SramRegion, check_loops
@@ -370,6 +371,8 @@ class _Assembler:
 
     def finish(self, source: str) -> Program:
         table = self.s.table
+        if not self.s.pending:  # a PNM unit given no instruction would never halt
+            raise ProgramError("the program holds no instructions (an empty or comment-only source)", file=source)
         unused = sorted(self.s.defines - self.s.declared)
         if unused:
             raise ProgramError(f"-D {', '.join(unused)}: not a parameter of this program "
@@ -410,10 +413,7 @@ class _Assembler:
 
 
 def read_lines(path: Path) -> list[_Line]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ProgramError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    text = read_text_input(path, ProgramError, what="assembly source")
     return [_Line(line, SourceLoc(str(path), number)) for number, line in enumerate(text.splitlines(), 1)]
 
 

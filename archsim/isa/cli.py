@@ -13,8 +13,9 @@ import click
 from archsim.errors import ProgramError
 from archsim.isa.assembler import assemble_file
 from archsim.isa.disasm import disassemble
-from archsim.isa.program import atomic_write_bytes, read_program, write_program
+from archsim.isa.program import read_program, write_program
 from archsim.isa.syntax import AsmSyntaxError, parse_defines
+from archsim.outputs import OutputPlan
 
 
 def _defines(values: tuple[str, ...]) -> dict[str, object]:
@@ -37,8 +38,11 @@ def isa() -> None:
               help="Set a program constant (repeatable), e.g. -D HEAD_DIM=128 -D KV_DTYPE=int8.")
 def asm_command(source: Path, output: Path, defines: tuple[str, ...]) -> None:
     """Assemble SOURCE (.s) into a binary program."""
+    outputs = OutputPlan(inputs=[source])
+    outputs.add(output, "--output")
     program = assemble_file(source, defines=_defines(defines))
-    write_program(output, program)
+    outputs.write(output, lambda tmp: write_program(tmp, program))
+    outputs.commit()
     click.echo(f"{output}: {len(program)} instructions, {program.sram_size_bytes} bytes of SRAM")
 
 
@@ -48,8 +52,11 @@ def asm_command(source: Path, output: Path, defines: tuple[str, ...]) -> None:
               help="Write the text here instead of standard output.")
 def disasm_command(binary: Path, output: Path | None) -> None:
     """Disassemble BINARY into canonical assembly text."""
+    outputs = OutputPlan(inputs=[binary])
+    outputs.add(output, "--output")
     text = disassemble(read_program(binary))
     if output is None:
         click.echo(text, nl=False)
-    else:
-        atomic_write_bytes(output, text.encode())
+        return
+    outputs.write(output, lambda tmp: tmp.write_text(text))
+    outputs.commit()

@@ -7,9 +7,7 @@ u32 instruction count, u32 SRAM footprint in bytes; then one u64 word per instru
 
 from __future__ import annotations
 
-import os
 import struct
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +15,9 @@ from types import MappingProxyType
 
 import numpy as np
 
+from archsim import outputs
 from archsim.errors import ProgramError
+from archsim.inputs import read_bytes_input
 from archsim.isa.encoding import Instruction, decode_words, encode_instructions
 from archsim.isa.table import IsaTable, load_table
 
@@ -146,17 +146,8 @@ def program_from_bytes(data: bytes, *, source: str | None = None,
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write through a temporary file in the same directory, then rename over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write through a temporary file in the same directory, then rename over `path` (archsim.outputs)."""
+    outputs.atomic_write_bytes(path, data)
 
 
 def write_program(path: Path | str, program: Program, table: IsaTable | None = None) -> None:
@@ -164,9 +155,5 @@ def write_program(path: Path | str, program: Program, table: IsaTable | None = N
 
 
 def read_program(path: Path | str, table: IsaTable | None = None) -> Program:
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ProgramError(f"cannot read program: {exc.strerror}", file=str(path)) from exc
+    data = read_bytes_input(path, ProgramError)
     return program_from_bytes(data, source=str(path), table=table)

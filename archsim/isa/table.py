@@ -17,9 +17,10 @@ from types import MappingProxyType
 import yaml
 
 from archsim.errors import ConfigError
+from archsim.resources import data_path
 
 # isa/ sits beside the package at the repository root (archsim/../isa).
-ISA_DIR = Path(__file__).resolve().parents[2] / "isa"
+ISA_DIR = data_path("isa")
 OPCODES_PATH = ISA_DIR / "opcodes.yaml"
 KERNELS_DIR = ISA_DIR / "kernels"
 

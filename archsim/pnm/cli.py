@@ -63,6 +63,7 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
         quiet: bool) -> None:
     """Run KERNEL for SHAPE on the PNM units and print cycles, roofline, bandwidth and stalls."""
     from archsim.config.memory import load_memory_config
+    from archsim.outputs import OutputPlan
     from archsim.pnm.simulate import run_pnm
     from archsim.pnm.stats import pnm_stats, pnm_summary_rows
     from archsim.pnm.unit_config import load_pnm_config
@@ -75,10 +76,12 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
             raise ConfigError("no --memory given and the PNM config names no memory", file=pnm_cfg.source_file,
                               where="pnm.memory")
         memory_path = pnm_cfg.memory_path
+    outputs = OutputPlan(inputs=[kernel, memory_path, pnm_cfg.source_file])
+    outputs.add(json_path, "--json")
     memory_cfg = load_memory_config(memory_path, memory_overrides)
     result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units)
     stats = pnm_stats(result, reproducible=reproducible)
-    if json_path:
-        write_json(json_path, stats)
+    outputs.write(json_path, lambda tmp: write_json(tmp, stats))
+    outputs.commit()
     if not quiet:
         click.echo(table(pnm_summary_rows(stats), title=f"archsim pnm run: {kernel} on {memory_path}"))

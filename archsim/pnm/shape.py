@@ -17,6 +17,8 @@ _INT_KEYS = ("heads", "kv_heads", "head_dim", "v_dim", "context", "batch", "scal
              "tile", "kv_lora_rank", "rope_dim")
 _WORD_KEYS = {"kv_dtype": KV_DTYPES, "io_dtype": IO_DTYPES}
 SHAPE_KEYS: tuple[str, ...] = _INT_KEYS + tuple(_WORD_KEYS)
+# the kernels receive lengths and sizes as int32 words in DRAM (placement's LENS_ADDR table)
+SHAPE_INT_MAX = 2**31 - 1
 
 
 class ShapeError(ConfigError):
@@ -73,6 +75,8 @@ def _parse_pairs(text: str) -> dict[str, int | str]:
             raise _fail(f"{key} must be an integer, got {value!r}", key) from None
         if number < 0 or (number == 0 and key not in ("scale_group", "window", "block")):
             raise _fail(f"{key} must be positive, got {number}", key)
+        if number > SHAPE_INT_MAX:
+            raise _fail(f"{key} {number:,} exceeds {SHAPE_INT_MAX:,}, the largest the kernels' int32 words hold", key)
         values[key] = number
     return values
 

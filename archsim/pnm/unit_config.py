@@ -30,9 +30,10 @@ from archsim.config.overrides import apply_overrides
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
+from archsim.resources import data_path
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes, parse_time_ns
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS_DIR = data_path("configs")
 DEFAULT_PNM_CONFIG = CONFIGS_DIR / "pnm" / "default.yaml"
 ADDRESS_SPACES: tuple[str, ...] = ("channel_local", "interleaved")
 

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from archsim.config.memory import MemoryConfig
 from archsim.errors import ConfigError
+from archsim.resources import data_path
 from archsim.system.config import PnmSpec
 from archsim.system.kvstream import ChannelShare, KvGeometry
 from archsim.system.pooldram import PoolDram
 
-KERNELS = Path(__file__).resolve().parents[2] / "isa" / "kernels"
+KERNELS = data_path("isa", "kernels")
 _KV_DTYPES = {2: "bf16"}  # element bytes -> the kernels' KV dtype for the model's bf16/fp16 cache
 
 

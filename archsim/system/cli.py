@@ -18,9 +18,12 @@ _WHERE_FULL = {"gpu": "system.gpus.hbm_capacity", "pool": "system.pool.devices",
 def _contexts(text: str | None) -> tuple[int, ...] | None:
     from archsim.system.workload import parse_tokens
 
-    if not text:
+    if text is None:
         return None
-    return tuple(parse_tokens(part.strip(), "--contexts") for part in text.split(",") if part.strip())
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise ConfigError(f"an empty context in {text!r} (give e.g. 4K,32K)", where="--contexts")
+    return tuple(parse_tokens(part, "--contexts") for part in parts)
 
 
 def _workload(workload_path: str | None, trace_path: str | None):  # noqa: ANN202 - Workload, imported lazily
@@ -29,6 +32,13 @@ def _workload(workload_path: str | None, trace_path: str | None):  # noqa: ANN20
     if bool(workload_path) == bool(trace_path):
         raise click.UsageError("give exactly one of --workload and --trace")
     return load_workload(workload_path) if workload_path else workload_from_trace(trace_path)
+
+
+def _inputs(configs: Sequence, workload) -> list[str]:  # noqa: ANN001 - SystemConfig, Workload: lazy imports
+    """The files a run reads that an output must not overwrite: system, memory and workload files."""
+    files = [c.file for c in configs] + [workload.source]
+    files += [c.pool.memory.source_file for c in configs if c.pool is not None]
+    return [f for f in files if f and f != "<mapping>"]
 
 
 def _breakdown(result: dict) -> str:
@@ -59,6 +69,7 @@ def _breakdown(result: dict) -> str:
 def simulate(system: str, workload_path: str | None, trace_path: str | None, contexts: str | None,
              json_path: str | None, overrides: tuple[str, ...], quiet: bool) -> None:
     """Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."""
+    from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
     from archsim.system.config import load_system_config
     from archsim.system.report import render_table, result_tree, run_comparison
@@ -66,14 +77,16 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
     start = time.perf_counter()
     cfg = load_system_config(system, overrides)
     workload = _workload(workload_path, trace_path)
+    outputs = OutputPlan(inputs=_inputs([cfg], workload))
+    outputs.add(json_path, "--json")
     results = run_comparison([cfg], workload, _contexts(contexts))
     for r in results:
         if not r.ok:  # a single system: a workload that fits nowhere in it is bad input
             raise ConfigError(f"{r.status.removeprefix('infeasible: ')} (context {r.context} tokens, workload "
                               f"{workload.name})", file=cfg.file, where=_WHERE_FULL[cfg.kv_location])
     tree = result_tree([cfg], workload, results)
-    if json_path:
-        write_json(json_path, tree)
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.commit()
     if not quiet:
         click.echo(render_table(results, f"archsim simulate: {cfg.name} ({cfg.tier}), workload {workload.name}"))
         for entry in tree["results"]:
@@ -91,6 +104,7 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
 def compare(systems: Sequence[str], workload_path: str, contexts: str | None, json_path: str | None,
             plot_path: str | None, quiet: bool) -> None:
     """Several systems side by side on one workload: a table, JSON and a plot per system and context."""
+    from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
     from archsim.system.config import load_system_config
     from archsim.system.report import plot, render_table, result_tree, run_comparison
@@ -103,13 +117,15 @@ def compare(systems: Sequence[str], workload_path: str, contexts: str | None, js
         dup = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
     workload = load_workload(workload_path)
+    outputs = OutputPlan(inputs=_inputs(configs, workload))
+    outputs.add(json_path, "--json")
+    outputs.add(plot_path, "--plot", kind="plot")
     results = run_comparison(configs, workload, _contexts(contexts))
     tree = result_tree(configs, workload, results)
-    if json_path:
-        write_json(json_path, tree)
     title = f"archsim compare: workload {workload.name} ({workload.shape.name}, batch {workload.batch})"
-    if plot_path:
-        plot(results, plot_path, title)
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.write(plot_path, lambda tmp: plot(results, tmp, title))
+    outputs.commit()
     if not quiet:
         click.echo(render_table(results, title))
     click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)

@@ -44,11 +44,12 @@ from archsim.energy import EnergyTable
 from archsim.errors import ConfigError
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
+from archsim.resources import data_path
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS_DIR = data_path("configs")
 SYSTEMS_DIR = CONFIGS_DIR / "systems"
 MEMORY_DIR = CONFIGS_DIR / "memory"
 KV_LOCATIONS = ("pool", "gpu", "store")

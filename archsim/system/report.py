@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from archsim.resources import display_path
 from archsim.system.config import SystemConfig
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.workload import Workload
@@ -27,12 +28,17 @@ def run_comparison(systems: Sequence[SystemConfig], workload: Workload,
     return [simulate_step(system, workload, c) for system in systems for c in ctxs]
 
 
+def _name(path: str | None) -> str | None:
+    """Shipped files by their path in the repository, so that two checkouts give the same JSON."""
+    return display_path(path) if path and path != "<mapping>" else path
+
+
 def _system_summary(system: SystemConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"name": system.name, "tier": system.tier, "description": system.description,
-                           "file": system.file, "attention": system.attention, "kv_location": system.kv_location,
+                           "file": _name(system.file), "attention": system.attention, "kv_location": system.kv_location,
                            "kv_endpoint": system.kv_endpoint, "gpus": system.gpus.count,
                            "interconnect": system.topology.description if system.topology else None,
-                           "energy_table": system.energy.file}
+                           "energy_table": _name(system.energy.file)}
     if system.pool is not None:
         pool = system.pool
         out["pool"] = {"memory": pool.memory.standard, "devices": pool.devices,
@@ -54,7 +60,7 @@ def result_tree(systems: Sequence[SystemConfig], workload: Workload, results: Se
         "workload": {"name": workload.name, "model": shape.name, "layers": shape.num_layers, "dtype": workload.dtype,
                      "batch": workload.batch, "tensor_parallel": workload.tensor_parallel,
                      "instances": workload.instances, "decode_steps": workload.decode_steps,
-                     "source": workload.source},
+                     "source": _name(workload.source)},
         "systems": [_system_summary(s) for s in systems],
         "results": [r.as_dict() for r in results],
     }

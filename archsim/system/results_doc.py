@@ -13,12 +13,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from archsim.resources import SOURCE_ROOT
 from archsim.system.config import SystemConfig, load_system_config
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.report import render_table, run_comparison
 from archsim.system.workload import Workload, load_workload
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+DOC = SOURCE_ROOT / "docs" / "results.md"  # docs/ is not shipped in the wheel
 SYSTEMS = ("g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme", "rdma-pool")
 WORKLOAD = "llama3-70b-b16"
 POLICIES = (("shared", "shared"), ("priority, PNM first", {"impl": "priority", "favor": "pnm"}),

@@ -27,8 +27,9 @@ from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError, TraceError
 from archsim.models import ModelShape, dtype_bytes, load_preset
 from archsim.models.shape import ModelShape as _Shape
+from archsim.resources import data_path
 
-WORKLOADS_DIR = Path(__file__).resolve().parents[2] / "configs" / "workloads"
+WORKLOADS_DIR = data_path("configs", "workloads")
 _TOKENS = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
 
 

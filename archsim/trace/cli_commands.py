@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from archsim.errors import ConfigError, TraceError
+from archsim.errors import ConfigError
 
 _CONVERT_TARGETS = ("dramsim3", "ramulator", "native")
 
@@ -73,9 +73,15 @@ _DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 def capture(output: str, **kwargs: Any) -> None:
     """Run a model on a request scenario and write its logical (tensor-level) trace."""
     from archsim.capture import CaptureOptions, capture_trace
+    from archsim.outputs import OutputPlan
 
+    outputs = OutputPlan(inputs=[kwargs["model"]] if Path(kwargs["model"]).exists() else [])
+    outputs.add(output, "--out")
     options = CaptureOptions(**kwargs)
-    result = capture_trace(options, output)
+    captured = []  # the capture runs as the output's writer: its records stream into the temp file
+    outputs.write(output, lambda tmp: captured.append(capture_trace(options, tmp)))
+    outputs.commit()
+    result = captured[0]
     size = Path(output).stat().st_size
     click.echo(f"wrote {output}: {result.steps} steps, {result.records:,} records, {size / 2**10:.1f} KiB")
 
@@ -181,6 +187,30 @@ def build_placement(values: dict[str, Any]) -> Any:
     return PoolPlacement.from_dict(data, where="placement")
 
 
+def _convert_physical(path: str, target: str, output: str, outputs: Any, sort: bool) -> None:
+    """A physical trace in another format (placement options do not apply: the addresses stay)."""
+    from archsim.resources import display_path
+    from archsim.trace.native import save_physical_trace
+    from archsim.trace.text_formats import detect_format, read_trace, write_dramsim3, write_ramulator
+
+    fmt = detect_format(path)
+    physical = read_trace(path, fmt, sort=sort)
+    moved = physical.header.get("sorted_requests", 0)
+    if target == "dramsim3":
+        outputs.write(output, lambda tmp: write_dramsim3(tmp, physical.timestamp_cycles, physical.address,
+                                                         physical.is_write))
+    elif target == "ramulator":  # LoadStore text has no timestamps: file order is all that remains
+        outputs.write(output, lambda tmp: write_ramulator(tmp, physical.address, physical.is_write))
+    else:
+        header = {"converted_from": display_path(path), "from_format": fmt, "sorted_requests": moved}
+        outputs.write(output, lambda tmp: save_physical_trace(tmp, physical.timestamp_cycles, physical.address,
+                                                              physical.is_write, physical.source, header))
+    outputs.commit()
+    note = f", sorted by timestamp ({moved:,} requests moved)" if sort else ""
+    click.echo(f"wrote {output}: {len(physical):,} requests ({int(physical.is_write.sum()):,} writes) from a "
+               f"{fmt} trace{note}")
+
+
 @trace.command("convert")
 @click.argument("path", type=click.Path(dir_okay=False))
 @click.option("--to", "target", required=True, type=click.Choice(_CONVERT_TARGETS), help="Output format.")
@@ -200,6 +230,8 @@ def build_placement(values: dict[str, Any]) -> Any:
     show_default=True,
     help="Cycles between consecutive requests' timestamps.",
 )
+@click.option("--sort", is_flag=True,
+              help="Physical input: sort requests stably by timestamp instead of refusing a decreasing one.")
 @placement_options
 def trace_convert(
     path: str,
@@ -207,16 +239,22 @@ def trace_convert(
     output: str,
     device_choice: str,
     issue_interval_cycles: int,
+    sort: bool,
     **placement_values: Any,
 ) -> None:
-    """Map a logical trace onto a pool placement and write the physical request stream."""
+    """Map a logical trace onto a pool placement and write the physical request stream; or turn a physical
+    trace (archsim .npz, DRAMSim3 or Ramulator 2 text) into another format."""
+    from archsim.outputs import OutputPlan
     from archsim.trace.logical import LogicalTrace, is_logical_trace
     from archsim.trace.mapping import map_trace
+    from archsim.trace.text_formats import MAX_CYCLE
 
+    outputs = OutputPlan(inputs=[path])
+    outputs.add(output, "--output")
     placement = build_placement(placement_values)
     if not is_logical_trace(path):
-        LogicalTrace(path).close()  # raises the precise TraceError (missing, truncated, not logical...)
-        raise TraceError("not a logical trace", file=path)
+        _convert_physical(path, target, output, outputs, sort)
+        return
     if device_choice != "all" and (not device_choice.isdigit() or int(device_choice) >= placement.devices):
         raise ConfigError(
             f"must be 'all' or a device index below {placement.devices}, got {device_choice!r}",
@@ -224,6 +262,10 @@ def trace_convert(
         )
     with LogicalTrace(path) as logical:
         streams = map_trace(logical, placement, issue_interval_cycles=issue_interval_cycles)
+    last_request = max(len(streams.timestamp_cycles) - 1, 0)
+    if issue_interval_cycles * last_request > MAX_CYCLE:
+        raise ConfigError(f"{issue_interval_cycles:,} cycles x {last_request:,} requests pass the largest timestamp "
+                          f"({MAX_CYCLE:,}, int64)", where="--issue-interval")
     if device_choice == "all":
         address, mask = streams.flat_address(), slice(None)
     else:
@@ -237,22 +279,24 @@ def trace_convert(
     if target == "dramsim3":
         from archsim.trace.text_formats import write_dramsim3
 
-        write_dramsim3(output, timestamps, address, is_write)
+        outputs.write(output, lambda tmp: write_dramsim3(tmp, timestamps, address, is_write))
     elif target == "ramulator":
         from archsim.trace.text_formats import write_ramulator
 
-        write_ramulator(output, address, is_write)
+        outputs.write(output, lambda tmp: write_ramulator(tmp, address, is_write))
     else:
+        from archsim.resources import display_path
         from archsim.trace.native import save_physical_trace
 
         header = {
-            "from_logical_trace": str(path),
+            "from_logical_trace": display_path(path),
             "placement": placement.as_dict(),
             "device": device_choice,
             "issue_interval_cycles": issue_interval_cycles,
             "address_space": "flat pool" if device_choice == "all" else "device-local",
         }
-        save_physical_trace(output, timestamps, address, is_write, source, header)
+        outputs.write(output, lambda tmp: save_physical_trace(tmp, timestamps, address, is_write, source, header))
+    outputs.commit()
     click.echo(
         f"wrote {output}: {len(address):,} requests ({int(is_write.sum()):,} writes) from "
         f"{len(streams.regions.address):,} regions on {placement.devices} device(s)"
@@ -300,8 +344,11 @@ def trace_convert(
 def trace_generate(model: str, workload: str, output: str, layers: int | None, dtype: str, **p: Any) -> None:
     """Write an analytic logical trace (same schema as capture) from a model preset."""
     from archsim.models import load_preset
+    from archsim.outputs import OutputPlan
     from archsim.workloads import chat_trace, decode_trace, prefill_trace, reasoning_trace
 
+    outputs = OutputPlan()
+    outputs.add(output, "--output")
     shape = load_preset(model).shape()
     if layers is not None:
         shape = shape.with_layers(layers)
@@ -333,5 +380,6 @@ def trace_generate(model: str, workload: str, output: str, layers: int | None, d
             segment_tokens=p["segment_tokens"],
             dtype=dtype,
         )
-    generated.write(output)
+    outputs.write(output, generated.write)
+    outputs.commit()
     click.echo(f"wrote {output}: {len(generated.steps)} steps of {workload} on {shape.name}")

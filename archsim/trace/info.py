@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import TraceError
+from archsim.inputs import check_input
 from archsim.trace.logical import KINDS, OP_READ, OP_WRITE, PHASES, LogicalTrace, is_logical_trace
 
 
@@ -59,15 +60,16 @@ def summarize_logical(path: str | os.PathLike[str]) -> dict[str, Any]:
         }
 
 
-def summarize_physical(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Totals of a physical (address-level) native trace."""
-    from archsim.trace.native import load_physical_trace
+def summarize_physical(path: str | os.PathLike[str], file_format: str = "npz") -> dict[str, Any]:
+    """Totals of a physical (address-level) trace: archsim's native .npz, DRAMSim3 or Ramulator 2 text."""
+    from archsim.trace.text_formats import read_trace
 
-    physical = load_physical_trace(path)
+    physical = read_trace(path, file_format)
     writes = int(np.count_nonzero(physical.is_write))
     return {
         "path": str(path),
         "format": "physical",
+        "file_format": file_format,
         "records": len(physical),
         "reads": len(physical) - writes,
         "writes": writes,
@@ -82,10 +84,13 @@ def summarize_physical(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Summary of a logical trace, or of a physical native trace."""
-    if not Path(path).is_file():
-        raise TraceError("no such trace file", file=str(path))
-    return summarize_logical(path) if is_logical_trace(path) else summarize_physical(path)
+    """Summary of any trace archsim reads: logical, or physical in any format (told apart as --format auto)."""
+    from archsim.trace.text_formats import detect_format
+
+    check_input(path, TraceError)
+    if is_logical_trace(path):
+        return summarize_logical(path)
+    return summarize_physical(path, detect_format(path))
 
 
 def _size(value: int) -> str:
@@ -99,7 +104,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     """Human-readable text of `summarize`'s result."""
     if summary["format"] == "physical":
         lines = [
-            f"{summary['path']}: physical trace, {summary['records']:,} requests "
+            f"{summary['path']}: physical trace ({summary['file_format']}), {summary['records']:,} requests "
             f"({summary['reads']:,} reads, {summary['writes']:,} writes; "
             f"host {summary['sources']['host']:,}, pnm {summary['sources']['pnm']:,})"
         ]

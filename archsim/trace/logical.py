@@ -28,6 +28,7 @@ import numpy as np
 
 import archsim
 from archsim.errors import TraceError
+from archsim.inputs import check_input
 
 SCHEMA = "archsim.logical_trace"
 VERSION = 1
@@ -302,10 +303,8 @@ class LogicalTrace:
     """A logical trace opened for reading; chunks are read (and verified) lazily."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = check_input(path, TraceError)
         where = str(self.path)
-        if not self.path.is_file():
-            raise TraceError("no such trace file", file=where)
         try:
             self._zip = zipfile.ZipFile(self.path, "r")
         except (zipfile.BadZipFile, OSError) as exc:

@@ -11,11 +11,8 @@ the sha256 of the four columns' bytes. A truncated, corrupted or tampered file i
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import TraceError
+from archsim.inputs import check_input
+from archsim.outputs import atomic_write
 
 SCHEMA = "archsim.physical_trace"
 VERSION = 1
@@ -52,20 +51,9 @@ def _digest(columns: dict[str, np.ndarray]) -> str:
 
 
 def atomic_write_bytes(path: str | Path, writer: Any, suffix: str = "") -> None:
-    """Call `writer(file_object)` on a temp file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            writer(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Call `writer(file_object)` on a temp file beside `path`, then rename it over `path` (archsim.outputs)."""
+    del suffix  # the temp name keeps the target's own suffix
+    atomic_write(path, writer)
 
 
 def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address: np.ndarray,
@@ -89,7 +77,7 @@ def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address:
 
 
 def load_physical_trace(path: str | Path) -> PhysicalTrace:
-    path = Path(path)
+    path = check_input(path, TraceError)
     file = str(path)
     try:
         with np.load(path, allow_pickle=False) as data:

@@ -2,9 +2,10 @@
 
 DRAMSim3: one request per line, `0x<hex address> READ|WRITE <cycle>`, the cycle in memory command-clock
 cycles (DRAMSim3's trace CPU runs at the memory clock); its other spellings (read/write, P_MEM_RD, P_FETCH,
-P_MEM_WR, BOFF) are read too. Timestamps need not increase: requests go in file order, each no earlier than
-its own timestamp. Ramulator 2 LoadStore: `LD 0x<hex>` / `ST 0x<hex>`,
-no timestamps: requests are injected as fast as the controller accepts them (timestamp 0).
+P_MEM_WR, BOFF) are read too. Timestamps must not decrease (the first decreasing line is an error naming it;
+`read_trace(..., sort=True)`, the CLI's `--sort`, sorts stably by timestamp instead).
+Ramulator 2 LoadStore: `LD 0x<hex>` / `ST 0x<hex>`, no timestamps: requests are injected as fast as the
+controller accepts them (timestamp 0).
 Blank lines and lines starting with `#` are skipped. A line that does not parse is an error naming it.
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from archsim.errors import EMPTY_TRACE, TraceError
+from archsim.inputs import check_input, read_text_input
 from archsim.progress import progress_bar
 from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
 from archsim.trace.text_scan import MAX_CYCLE, ST_ERROR, scan_file
@@ -25,15 +27,21 @@ FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
 _DRAMSIM3_OPS = {"READ": 0, "WRITE": 1, "read": 0, "write": 1, "P_MEM_RD": 0, "P_FETCH": 0, "P_MEM_WR": 1,
                  "BOFF": 1}
 _RAMULATOR_OPS = {"LD": 0, "ST": 1}
+# timestamps are int64 columns
 # auto-detection reads no more than this of a file's head
 _DETECT_BYTES = 4096
 
 
 def _open(path: Path):  # noqa: ANN202 - a binary file
+    checked = check_input(path, TraceError)
     try:
-        return open(path, "rb")
-    except FileNotFoundError:
-        raise TraceError("no such file", file=str(path)) from None
+        return open(checked, "rb")
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror}", file=str(path)) from None
+
+
+def _lines(path: Path) -> list[str]:
+    return read_text_input(path, TraceError, what="text trace").splitlines()
 
 
 def _hex(token: str, file: str, lineno: int) -> int:
@@ -75,7 +83,7 @@ def _raise_for_line(path: Path, lineno: int, dramsim3: bool) -> None:
     except UnicodeDecodeError:
         line = ""
     if not line or "\0" in line:
-        raise TraceError("not a text trace (binary data)", file=file, where=f"line {lineno}")
+        raise TraceError("not a text trace file (binary data)", file=file, where=f"line {lineno}")
     (_check_dramsim3_line if dramsim3 else _check_ramulator_line)(line.split(), line, file, lineno)
     form = "`0x<hex address> READ|WRITE <cycle>`" if dramsim3 else "`LD 0x<hex>` or `ST 0x<hex>`"
     raise TraceError(f"expected {form}, got {line.strip()!r}", file=file, where=f"line {lineno}")
@@ -115,15 +123,28 @@ def write_ramulator(path: str | Path, address: np.ndarray, is_write: np.ndarray)
     atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
 
 
+def _utf8_head(data: bytes) -> bool:
+    """Whether `data` decodes as UTF-8, allowing a character cut at the end of the head."""
+    try:
+        data.decode()
+    except UnicodeDecodeError as exc:
+        return exc.start >= len(data) - 3
+    return True
+
+
 def detect_format(path: str | Path) -> str:
-    path = Path(path)
+    path = check_input(path, TraceError)
     try:
         with open(path, "rb") as handle:
             head = handle.read(_DETECT_BYTES + 1)
-    except FileNotFoundError:
-        raise TraceError("no such file", file=str(path)) from None
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror}", file=str(path)) from None
     if head.startswith(b"PK"):
         return "npz"
+    text = head[:_DETECT_BYTES]
+    if b"\0" in text or not _utf8_head(text):
+        raise TraceError("binary data, not a trace archsim reads (an archsim .npz, DRAMSim3 or Ramulator 2 text)",
+                         file=str(path))
     for raw in head[:_DETECT_BYTES].decode(errors="replace").splitlines():
         parts = raw.split()
         if not parts or parts[0].startswith("#"):
@@ -140,13 +161,51 @@ def detect_format(path: str | Path) -> str:
                      "pass --format", file=str(path))
 
 
-def read_trace(path: str | Path, fmt: str = "auto") -> PhysicalTrace:
+def read_trace(path: str | Path, fmt: str = "auto", *, sort: bool = False) -> PhysicalTrace:
+    """Any physical trace archsim reads; timestamps must not decrease unless `sort` (a stable sort by
+    timestamp, counted in the header's `sorted_requests`)."""
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt == "npz":
-        return load_physical_trace(path)
-    if fmt == "dramsim3":
-        return read_dramsim3(path)
-    if fmt == "ramulator":
-        return read_ramulator(path)
-    raise TraceError(f"unknown trace format {fmt!r} (choose one of {', '.join(FORMATS)})", file=str(path))
+        physical = load_physical_trace(path)
+    elif fmt == "dramsim3":
+        physical = read_dramsim3(path)
+    elif fmt == "ramulator":
+        physical = read_ramulator(path)
+    else:
+        raise TraceError(f"unknown trace format {fmt!r} (choose one of {', '.join(FORMATS)})", file=str(path))
+    return ordered(physical, str(path), fmt, sort=sort)
+
+
+def _request_line(file: str, index: int) -> str:
+    """Where request `index` (0-based) of a text trace is: its line number, counting blanks and comments."""
+    seen = -1
+    for lineno, line in enumerate(_lines(Path(file)), 1):
+        parts = line.split()
+        if parts and not parts[0].startswith("#"):
+            seen += 1
+            if seen == index:
+                return f"line {lineno}"
+    return f"request {index}"
+
+
+def ordered(physical: PhysicalTrace, file: str, fmt: str, *, sort: bool = False) -> PhysicalTrace:
+    """The trace if its timestamps never decrease (and none is negative); sorted stably when `sort`; else the
+    first decreasing request is an error naming its line (text) or request index (npz)."""
+    ts = physical.timestamp_cycles
+    where = (lambda i: f"request {i}") if fmt == "npz" else (lambda i: _request_line(file, i))
+    negative = np.flatnonzero(ts < 0)
+    if negative.size:
+        i = int(negative[0])
+        raise TraceError(f"timestamp {int(ts[i])} is negative", file=file, where=where(i))
+    drops = np.flatnonzero(ts[1:] < ts[:-1])
+    if not drops.size:
+        return physical
+    if not sort:
+        i = int(drops[0]) + 1
+        raise TraceError(f"timestamp {int(ts[i])} is below the previous request's {int(ts[i - 1])}: timestamps must "
+                         "not decrease (replay and trace convert take --sort)", file=file, where=where(i))
+    order = np.argsort(ts, kind="stable")
+    moved = int(np.count_nonzero(order != np.arange(len(order))))
+    return PhysicalTrace(ts[order], physical.address[order], physical.is_write[order], physical.source[order],
+                         {**physical.header, "sorted_requests": moved})

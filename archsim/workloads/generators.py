@@ -243,10 +243,17 @@ class GeneratedTrace:
         return Path(path)
 
 
+# batch and step counts land in the logical trace's int32 `request` and `step` columns
+_COUNT_MAX = 2**31 - 1
+
+
 def _positive(**values: int) -> None:
     for name, value in values.items():
         if value < 1:
             raise ConfigError(f"must be >= 1, got {value}", where=name)
+        if value > _COUNT_MAX:
+            raise ConfigError(f"{value:,} exceeds {_COUNT_MAX:,}, the largest count a logical trace's int32 columns "
+                              "hold", where=name)
 
 
 def prefill_trace(
