@@ -87,7 +87,7 @@ def test_no_link_or_dram_carries_more_than_its_peak(results, systems):
             pool = cfg.pool
             org, timing = pool.memory.organization, pool.memory.timing
             peak = pool.devices * org.n_pseudo_channels * org.bus_width_bits * timing.data_rate_gbps / 8
-            dram_ns = r.breakdown_ns.get("pool_dram") or r.breakdown_ns["pnm"]
+            dram_ns = r.term_ns("pool_dram") or r.term_ns("pnm")
             assert r.kv_bytes / dram_ns <= peak, (name, context)  # the pool's DRAM moved the KV below its peak
         if r.gpu_link_bytes and cfg.attention == "gpu":
             # the KV cannot cross the GPUs' links faster than their summed payload bandwidth
@@ -149,4 +149,4 @@ def test_small_sram_rereads_the_kv_per_query_subgroup(workload):
     small = simulate_step(system_config_from_mapping(tree), workload, 32768)
     assert big.sram_hit_rate == pytest.approx(1 - 1 / 8)
     assert small.sram_hit_rate == pytest.approx(1 - 2 / 8)  # group of 8 in two passes
-    assert small.breakdown_ns["pnm"] > 1.9 * big.breakdown_ns["pnm"]
+    assert small.term_ns("pnm") > 1.9 * big.term_ns("pnm")

@@ -63,8 +63,8 @@ def sram_bytes(geo: KvGeometry, group: int, tile: int, splits: int) -> int:
 
 
 def plan_sram(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec) -> SramUse:
-    splits = max(1, share.active_channels // geo.head_contexts)
-    tile = min(pnm.tile_tokens, share.chunk_tokens)
+    splits = share.max_splits
+    tile = max(1, min(pnm.tile_tokens, share.max_chunk_tokens))
     while True:
         for sub in range(geo.query_group, 0, -1):
             need = sram_bytes(geo, sub, tile, splits)
@@ -81,7 +81,7 @@ def plan_sram(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec) -> SramUse:
 
 def _compute_ns(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConfig) -> float:
     """Busiest unit's arithmetic at peak rates (passes split the group: the total is the same)."""
-    tokens = share.chunks * share.chunk_tokens
+    tokens = share.tokens
     macs = geo.query_group * tokens * (geo.qk_dim + geo.out_dim)
     exps = geo.query_group * tokens
     clock_GHz = pnm.clock_GHz if pnm.clock_GHz is not None else 1.0 / memory.timing.tCK_ns
@@ -92,7 +92,7 @@ def roofline(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, dram: PoolDram,
              memory: MemoryConfig) -> PoolAttentionTime:
     memory_ns = dram.time_ns * sram.passes
     compute_ns = _compute_ns(geo, share, pnm, memory)
-    tiles = max(1, share.chunks * math.ceil(share.chunk_tokens / sram.tile_tokens) * sram.passes)
+    tiles = max(1, sum(math.ceil(c.tokens / sram.tile_tokens) for c in share.chunks) * sram.passes)
     time = max(memory_ns, compute_ns) + min(memory_ns, compute_ns) / tiles
     return PoolAttentionTime(time, memory_ns, compute_ns, "roofline", "", sram, geo.layer_macs, geo.layer_exps)
 
@@ -154,7 +154,7 @@ def timed(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConf
     t1, t2 = (_timed_run_ns(memory, pnm, kind, group, dims, dtype, sram.tile_tokens, n) for n in sample_tokens)
     per_token = (t2 - t1) / (sample_tokens[1] - sample_tokens[0])
     fixed = max(0.0, t1 - per_token * sample_tokens[0])
-    time = share.chunks * sram.passes * (fixed + per_token * share.chunk_tokens)
+    time = sram.passes * sum(fixed + per_token * c.tokens for c in share.chunks)
     compute_ns = _compute_ns(geo, share, pnm, memory)
     note = (f"timed unit fitted on {sample_tokens[0]} and {sample_tokens[1]} tokens: {fixed:.0f} ns + "
             f"{per_token:.3f} ns/token per head context")
