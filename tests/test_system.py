@@ -150,3 +150,21 @@ def test_small_sram_rereads_the_kv_per_query_subgroup(workload):
     assert big.sram_hit_rate == pytest.approx(1 - 1 / 8)
     assert small.sram_hit_rate == pytest.approx(1 - 2 / 8)  # group of 8 in two passes
     assert small.term_ns("pnm") > 1.9 * big.term_ns("pnm")
+
+
+def test_the_timed_unit_counts_the_sram_hit_rate(systems, workload):
+    from archsim.system import workload_from_mapping
+
+    # Llama-2-7B is MHA: every KV byte brought into SRAM is read once (no reuse); Llama-3.1-70B's GQA group of 8
+    # reads it 8 times; with an SRAM holding 4 query heads the group runs in two passes, each re-loading the KV
+    mha = workload_from_mapping({"workload": {"name": "mha", "model": "llama-2-7b", "layers": 2, "batch": 1,
+                                              "tensor_parallel": 1, "instances": 1, "contexts": [2048]}})
+    r = simulate_step(systems["g25"], mha, 2048)
+    assert r.pnm_model == "timed" and r.sram_hit_rate < 0.001 and r.sram_reuse_factor == pytest.approx(1, rel=1e-3)
+    r = simulate_step(systems["g25"], workload, 4096)
+    assert r.pnm_model == "timed" and r.sram_hit_rate == pytest.approx(1 - 1 / 8, abs=1e-4)
+    assert r.sram_reuse_factor == pytest.approx(8, rel=1e-3)
+    tree = yaml.safe_load((REPO / "configs/systems/g25.yaml").read_text())
+    tree["system"]["pool"]["pnm"]["sram"] = "80KiB"
+    small = simulate_step(system_config_from_mapping(tree), workload, 4096)
+    assert small.pnm_model == "timed" and small.sram_hit_rate == pytest.approx(1 - 2 / 8, abs=1e-4)

@@ -52,6 +52,7 @@ class StepResult:
     link_peak_utilization: float | None = None
     l2_hit_rate: float | None = None
     sram_hit_rate: float | None = None
+    sram_reuse_factor: float | None = None
     qos: dict[str, Any] | None = None
     pnm_model: str | None = None
     pnm_note: str = ""
@@ -89,7 +90,8 @@ class StepResult:
             "energy_breakdown_pJ_per_token": {k: r6(v) for k, v in self.energy_breakdown_pJ_per_token.items()},
             "bank_conflicts": r6(self.bank_conflicts), "row_hit_rate": r6(self.row_hit_rate),
             "dram_utilization": r6(self.dram_utilization), "link_peak_utilization": r6(self.link_peak_utilization),
-            "l2_hit_rate": r6(self.l2_hit_rate), "sram_hit_rate": r6(self.sram_hit_rate), "qos": self.qos,
+            "l2_hit_rate": r6(self.l2_hit_rate), "sram_hit_rate": r6(self.sram_hit_rate),
+            "sram_reuse_factor": r6(self.sram_reuse_factor), "qos": self.qos,
             "pnm_model": self.pnm_model, "pnm_note": self.pnm_note, "sampling": self.sampling,
         }
         return out
@@ -268,7 +270,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
         result.sampling = _sampling(system, dram)
     if pnm is not None:
         result.pnm_model, result.pnm_note = pnm.model, pnm.note
-        result.sram_hit_rate = pnm.sram.hit_rate
+        result.sram_hit_rate, result.sram_reuse_factor = pnm.sram.hit_rate, pnm.sram.reuse_factor
     if qos is not None:
         result.qos = qos.as_dict()
     energy = step_energy(system, workload, geo, work, instances, step, traffic, dram, pnm)

@@ -21,6 +21,18 @@ CONTRACT = ("system", "context", "decode_step_ns", "attention_ns", "link_bytes",
             "bank_conflicts", "row_hit_rate")
 
 
+DEFINITIONS = {
+    "sram_hit_rate": "1 - (DRAM bytes the PNM unit's DMA brings into SRAM) / (KV bytes its datapath reads from SRAM, "
+                     "one K or V element per QK / PV multiply-accumulate), counted by the timed PNM unit "
+                     "(pnm_model timed; the roofline derives 1 - passes / group): ~0 for MHA decode, ~1 - 1/group "
+                     "for GQA",
+    "sram_reuse_factor": "KV bytes the datapath reads from SRAM per byte brought in (the query group for GQA)",
+    "breakdown_ns": "critical: terms on the step's critical path, summing to decode_step_ns; overlapped: work "
+                    "that runs under them",
+    "pool_side_ns": "the pool's share of the step: queries + PNM + outputs, or the KV fetch (max of link and DRAM)",
+}
+
+
 def run_comparison(systems: Sequence[SystemConfig], workload: Workload,
                    contexts: Sequence[int] | None = None) -> list[StepResult]:
     ctxs = tuple(contexts) if contexts else workload.contexts
@@ -55,6 +67,7 @@ def result_tree(systems: Sequence[SystemConfig], workload: Workload, results: Se
                      "batch": workload.batch, "tensor_parallel": workload.tensor_parallel,
                      "instances": workload.instances, "decode_steps": workload.decode_steps,
                      "source": workload.source},
+        "definitions": DEFINITIONS,
         "systems": [_system_summary(s) for s in systems],
         "results": [r.as_dict() for r in results],
     }
