@@ -168,3 +168,32 @@ def test_the_timed_unit_counts_the_sram_hit_rate(systems, workload):
     tree["system"]["pool"]["pnm"]["sram"] = "80KiB"
     small = simulate_step(system_config_from_mapping(tree), workload, 4096)
     assert small.pnm_model == "timed" and small.sram_hit_rate == pytest.approx(1 - 2 / 8, abs=1e-4)
+
+
+DEVICE_ENERGY = {"gpu-hbm": "gpu.hbm_bit", "host-dram": "host_dram.bit", "nvme": "nvme.active",
+                 "rdma-pool": "host_dram.bit", "g25": "dram.cell", "g15": "dram.cell", "g25-nopnm": "dram.cell",
+                 "g15-nopnm": "dram.cell"}
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_every_system_prices_the_device_its_kv_sits_on(results, workload, context):
+    from archsim.energy import EnergyTable, energy_by_action
+
+    table = EnergyTable.load()
+    geo = _layer_bytes(workload, context)
+    store_bytes = geo.step_bytes + geo.layers * geo.append_layer_bytes
+    for name, key in DEVICE_ENERGY.items():
+        r = results[(name, context)]
+        if not r.ok:
+            continue
+        assert r.energy_breakdown_pJ_per_token.get(key, 0) > 0, (name, key)
+        if name in ("host-dram", "rdma-pool"):  # every KV bit fetched and appended, at DDR5's pJ/bit
+            per_bit = energy_by_action({"host_dram.bit": 1}, table)["host_dram.bit"]
+            assert r.energy_breakdown_pJ_per_token[key] == pytest.approx(8 * store_bytes * per_bit / 16, rel=1e-9)
+        if name == "nvme":
+            per_byte = energy_by_action({"nvme.byte": 1}, table)["nvme.byte"]
+            assert r.energy_breakdown_pJ_per_token[key] == pytest.approx(store_bytes * per_byte / 16, rel=1e-9)
+    rdma = results[("rdma-pool", context)].energy_breakdown_pJ_per_token
+    nic_bits = 2 * 8 * store_bytes  # the GPU's NIC and the memory server's: both ends of the Ethernet path
+    assert rdma["nic.optics_bit"] == pytest.approx(nic_bits * 20.0 / 16, rel=1e-6)
+    assert rdma["nic.asic_bit"] == pytest.approx(nic_bits * 62.5 / 16, rel=1e-6)
