@@ -199,8 +199,10 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         comparison_table(results),
         "",
         f"`step ms` is one decode step of all {workload.batch} sequences (`Mcycles`: the same in millions of GPU "
-        f"clock cycles at {systems[0].gpus.clock_GHz:g} GHz); `GPU-link MB` the bytes on the GPUs' own links per step "
-        "(both directions); `bank confl` and `row hit` the pool DRAM's, scaled from the sampled channel "
+        f"clock cycles at {systems[0].gpus.clock_GHz:g} GHz); `attn ms` attention on the step's critical path and "
+        "`(hidden)` attention work overlapped with other work (a prefetched KV fetch hides the GPUs' staged "
+        "attention; JSON `breakdown_ns.critical` sums to the step); `GPU-link MB` the bytes on the GPUs' own links "
+        "per step (both directions); `bank confl` and `row hit` the pool DRAM's, scaled from the sampled channel "
         f"(sampling: one layer, the busiest channel, a {systems[0].sampling.window_requests}-request window; the "
         "`sampling` block of each JSON entry says what was replayed).",
         "",
