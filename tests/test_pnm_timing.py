@@ -216,6 +216,20 @@ def test_every_shipped_kernel_runs_timed(memory, pnm_cfg, kernel, shape):
     assert stats["pnm"]["bytes_loaded"] > 0 and stats["pnm"]["sim"]["late_requests"] == 0
 
 
+@pytest.mark.parametrize(("shape", "group"), [("heads=8,kv_heads=8,context=1024", 1),
+                                            ("heads=32,kv_heads=4,context=1024", 8)])
+def test_sram_hit_rate_is_counted_from_the_datapath_reads(memory, pnm_cfg, shape, group):
+    # MHA: every K/V byte the DMA brings in is read once by the datapath (no reuse); GQA: by each of the
+    # group's query heads (1 - 1/group of its reads hit bytes already in SRAM)
+    run = run_pnm(GQA, shape, memory, pnm_cfg, units=4)
+    sram = pnm_stats(run, reproducible=True)["pnm"]["sram"]
+    loaded = pnm_stats(run, reproducible=True)["pnm"]["bytes_loaded"]
+    assert sram["kv_read_bytes"] == run.workload.units[0].trace.totals()["macs"] * 2 * 4  # fp16, 4 units
+    assert sram["reuse_factor"] == pytest.approx(sram["kv_read_bytes"] / loaded, rel=1e-5)
+    assert sram["reuse_factor"] == pytest.approx(group, rel=0.01)
+    assert sram["hit_rate"] == pytest.approx(1 - 1 / group, abs=0.01)
+
+
 def _error(args):
     result = CliRunner().invoke(main, ["pnm", "run", "--kernel", str(GQA), *args])
     assert result.exit_code == 2, result.output

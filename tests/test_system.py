@@ -87,7 +87,7 @@ def test_no_link_or_dram_carries_more_than_its_peak(results, systems):
             pool = cfg.pool
             org, timing = pool.memory.organization, pool.memory.timing
             peak = pool.devices * org.n_pseudo_channels * org.bus_width_bits * timing.data_rate_gbps / 8
-            dram_ns = r.breakdown_ns.get("pool_dram") or r.breakdown_ns["pnm"]
+            dram_ns = r.term_ns("pool_dram") or r.term_ns("pnm")
             assert r.kv_bytes / dram_ns <= peak, (name, context)  # the pool's DRAM moved the KV below its peak
         if r.gpu_link_bytes and cfg.attention == "gpu":
             # the KV cannot cross the GPUs' links faster than their summed payload bandwidth
@@ -149,4 +149,51 @@ def test_small_sram_rereads_the_kv_per_query_subgroup(workload):
     small = simulate_step(system_config_from_mapping(tree), workload, 32768)
     assert big.sram_hit_rate == pytest.approx(1 - 1 / 8)
     assert small.sram_hit_rate == pytest.approx(1 - 2 / 8)  # group of 8 in two passes
-    assert small.breakdown_ns["pnm"] > 1.9 * big.breakdown_ns["pnm"]
+    assert small.term_ns("pnm") > 1.9 * big.term_ns("pnm")
+
+
+def test_the_timed_unit_counts_the_sram_hit_rate(systems, workload):
+    from archsim.system import workload_from_mapping
+
+    # Llama-2-7B is MHA: every KV byte brought into SRAM is read once (no reuse); Llama-3.1-70B's GQA group of 8
+    # reads it 8 times; with an SRAM holding 4 query heads the group runs in two passes, each re-loading the KV
+    mha = workload_from_mapping({"workload": {"name": "mha", "model": "llama-2-7b", "layers": 2, "batch": 1,
+                                              "tensor_parallel": 1, "instances": 1, "contexts": [2048]}})
+    r = simulate_step(systems["g25"], mha, 2048)
+    assert r.pnm_model == "timed" and r.sram_hit_rate < 0.001 and r.sram_reuse_factor == pytest.approx(1, rel=1e-3)
+    r = simulate_step(systems["g25"], workload, 4096)
+    assert r.pnm_model == "timed" and r.sram_hit_rate == pytest.approx(1 - 1 / 8, abs=1e-4)
+    assert r.sram_reuse_factor == pytest.approx(8, rel=1e-3)
+    tree = yaml.safe_load((REPO / "configs/systems/g25.yaml").read_text())
+    tree["system"]["pool"]["pnm"]["sram"] = "80KiB"
+    small = simulate_step(system_config_from_mapping(tree), workload, 4096)
+    assert small.pnm_model == "timed" and small.sram_hit_rate == pytest.approx(1 - 2 / 8, abs=1e-4)
+
+
+DEVICE_ENERGY = {"gpu-hbm": "gpu.hbm_bit", "host-dram": "host_dram.bit", "nvme": "nvme.active",
+                 "rdma-pool": "host_dram.bit", "g25": "dram.cell", "g15": "dram.cell", "g25-nopnm": "dram.cell",
+                 "g15-nopnm": "dram.cell"}
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_every_system_prices_the_device_its_kv_sits_on(results, workload, context):
+    from archsim.energy import EnergyTable, energy_by_action
+
+    table = EnergyTable.load()
+    geo = _layer_bytes(workload, context)
+    store_bytes = geo.step_bytes + geo.layers * geo.append_layer_bytes
+    for name, key in DEVICE_ENERGY.items():
+        r = results[(name, context)]
+        if not r.ok:
+            continue
+        assert r.energy_breakdown_pJ_per_token.get(key, 0) > 0, (name, key)
+        if name in ("host-dram", "rdma-pool"):  # every KV bit fetched and appended, at DDR5's pJ/bit
+            per_bit = energy_by_action({"host_dram.bit": 1}, table)["host_dram.bit"]
+            assert r.energy_breakdown_pJ_per_token[key] == pytest.approx(8 * store_bytes * per_bit / 16, rel=1e-9)
+        if name == "nvme":
+            per_byte = energy_by_action({"nvme.byte": 1}, table)["nvme.byte"]
+            assert r.energy_breakdown_pJ_per_token[key] == pytest.approx(store_bytes * per_byte / 16, rel=1e-9)
+    rdma = results[("rdma-pool", context)].energy_breakdown_pJ_per_token
+    nic_bits = 2 * 8 * store_bytes  # the GPU's NIC and the memory server's: both ends of the Ethernet path
+    assert rdma["nic.optics_bit"] == pytest.approx(nic_bits * 20.0 / 16, rel=1e-6)
+    assert rdma["nic.asic_bit"] == pytest.approx(nic_bits * 62.5 / 16, rel=1e-6)

@@ -56,7 +56,7 @@ def test_compare_writes_the_contract_deterministically_and_a_plot(tmp_path):
         outs.append(out.read_bytes())
     assert outs[0] == outs[1]
     tree = json.loads(outs[0])
-    assert tree["schema"] == "archsim.system/1"
+    assert tree["schema"] == "archsim.system/2"
     assert [(r["system"], r["context"]) for r in tree["results"]] == [
         ("g25", 4096), ("g25", 131072), ("g15-nopnm", 4096), ("g15-nopnm", 131072), ("gpu-hbm", 4096),
         ("gpu-hbm", 131072)]
@@ -100,9 +100,27 @@ def test_an_unreachable_pool_names_its_endpoint(tmp_path):
     ("g25", ("--contexts", "128K", "--set", "system.pool.devices=1"), "system.pool.devices"),
     ("host-dram", ("--contexts", "128K", "--set", "system.kv.capacity=512GiB"), "system.kv.capacity"),
 ])
-def test_kv_that_fits_nowhere_is_bad_input(system, args, where):
-    line = _error_line(_run("simulate", system, "--workload", "llama3-70b-b16", *args))
-    assert f"{system}.yaml: {where}: KV 640.0 GiB" in line
+def test_kv_that_fits_nowhere_is_an_infeasible_point_not_an_abort(tmp_path, system, args, where):
+    out = tmp_path / "one.json"
+    result = _run("simulate", system, "--workload", "llama3-70b-b16", "--contexts", "4K,128K", *args[2:],
+                  "--json", str(out))
+    assert result.exit_code == 0, result.output
+    ok, full = json.loads(out.read_text())["results"]
+    assert ok["status"] == "ok" and ok["decode_step_ns"] > 0
+    assert full["context"] == 131072 and full["status"].startswith("infeasible: KV 640.0 GiB")
+    assert full["decode_step_ns"] is None and f"{system} @ 131072 tokens: infeasible: KV 640.0 GiB" in result.output
+
+
+def test_a_context_beyond_the_model_is_infeasible(tmp_path):
+    out = tmp_path / "ctx.json"
+    result = _run("compare", "g25", "gpu-hbm", "--workload", "llama3-70b-b1", "--contexts", "4K,256K",
+                  "--json", str(out))
+    assert result.exit_code == 0, result.output
+    rows = {(r["system"], r["context"]): r for r in json.loads(out.read_text())["results"]}
+    assert rows[("g25", 4096)]["status"] == "ok"
+    for name in ("g25", "gpu-hbm"):
+        assert rows[(name, 262144)]["status"] == ("infeasible: context 262144 tokens exceeds llama-3.1-70b's "
+                                                  "maximum of 131072 (max_position_embeddings)")
 
 
 def test_a_qos_reservation_above_100_percent_is_rejected(tmp_path):

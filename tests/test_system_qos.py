@@ -78,7 +78,7 @@ def test_the_decode_step_pays_the_pnm_slowdown():
     base = simulate_step(system_config_from_mapping(quiet), w, 4096)
     mixed = simulate_step(system_config_from_mapping(QOS), w, 4096)
     factor = mixed.qos["slowdown"]["pnm"]
-    assert mixed.breakdown_ns["pnm"] == pytest.approx(base.breakdown_ns["pnm"] * factor, rel=1e-9)
+    assert mixed.term_ns("pnm") == pytest.approx(base.term_ns("pnm") * factor, rel=1e-9)
     assert mixed.decode_step_ns > base.decode_step_ns
 
 

@@ -40,6 +40,13 @@ PNM_STAT_DOCS: dict[str, tuple[str, str]] = {
     "pnm.sram.high_water_bytes": ("B", "highest scratchpad byte any unit wrote, plus one"),
     "pnm.sram.read_bytes": ("B", "scratchpad bytes read, all units"),
     "pnm.sram.write_bytes": ("B", "scratchpad bytes written, all units"),
+    "pnm.sram.kv_read_bytes": ("B", "KV operand bytes the MAC datapath reads from the scratchpad: one K or V "
+                                    "element per QK / PV multiply-accumulate, all units"),
+    "pnm.sram.hit_rate": ("fraction", "1 - pnm.bytes_loaded / pnm.sram.kv_read_bytes, counted over the run: the "
+                                      "share of the datapath's KV reads served by bytes already in SRAM (a DMA "
+                                      "load brings every byte in once). MHA decode ~0 (no reuse), GQA ~1 - 1/group"),
+    "pnm.sram.reuse_factor": ("reads/B", "pnm.sram.kv_read_bytes / pnm.bytes_loaded: datapath reads per byte "
+                                         "brought into SRAM (the query group for GQA, ~1 for MHA)"),
     "pnm.stalls.<cause>": ("unit-cycles", "issue stall cycles summed over units, by cause: memory (DRAM data, "
                                           "drains, outstanding-load limit), dependency (register results, "
                                           "pipeline latency, buffers still read), compute (busy datapath or a "
@@ -105,6 +112,20 @@ def _r(x: float) -> float:
     return round(float(x), 6)
 
 
+def sram_reuse(works: Any, kv_dtype: str) -> tuple[int, float, float]:
+    """KV reuse in the scratchpad counted over executed instructions: (KV bytes the datapath read, hit rate,
+    reuse factor). Every QK / PV multiply-accumulate reads one KV element from SRAM; every byte there came in
+    by a DMA load (pnm.bytes_loaded), so hit rate = 1 - loaded / read and reuse = read / loaded."""
+    from archsim.pnm.dtypes import ELEMENT_BYTES
+
+    macs = sum(w.trace.totals()["macs"] for w in works)
+    loaded = sum(w.trace.totals()["dram_read_bytes"] for w in works)
+    read = macs * ELEMENT_BYTES[kv_dtype]
+    if not read or not loaded:
+        return read, 0.0, 0.0
+    return read, _r(max(0.0, 1.0 - loaded / read)), _r(read / loaded)
+
+
 def pnm_section(run: PnmRun, *, reproducible: bool = False) -> dict[str, Any]:
     table = load_table()
     timing, works = run.timing, run.workload.units
@@ -138,6 +159,7 @@ def pnm_section(run: PnmRun, *, reproducible: bool = False) -> dict[str, Any]:
             "stalls": dict(zip(STALL_CAUSES, timer.stats.stalls, strict=True)),
         }
     wall = 0.0 if reproducible else _r(run.functional_wall_s + timing.wall_s + bound.wall_s)
+    kv_read, hit_rate, reuse = sram_reuse(works, run.shape.spec.kv_dtype)
     return {
         "kernel": run.kernel.name, "shape": run.shape.text, "units": units,
         "head_groups": run.workload.groups, "splits": run.workload.splits, "address_space": layout.address_space,
@@ -150,7 +172,8 @@ def pnm_section(run: PnmRun, *, reproducible: bool = False) -> dict[str, Any]:
         "instructions": {"total": sum(classes.values()), **classes},
         "sram": {"capacity_bytes": run.pnm.sram.capacity_bytes,
                  "high_water_bytes": max(w.sram_high_water_bytes for w in works),
-                 "read_bytes": totals["sram_read_bytes"], "write_bytes": totals["sram_write_bytes"]},
+                 "read_bytes": totals["sram_read_bytes"], "write_bytes": totals["sram_write_bytes"],
+                 "kv_read_bytes": kv_read, "hit_rate": hit_rate, "reuse_factor": reuse},
         "stalls": dict(zip(STALL_CAUSES, stalls, strict=True)),
         "stall_fraction": {c: _r(s / unit_cycles) for c, s in zip(STALL_CAUSES, stalls, strict=True)},
         "utilization": {

@@ -13,8 +13,11 @@
 
 SRAM: the kernel keeps the queries, scores, partial record and four K/V tiles (double-buffered) of a
 query group in SRAM (isa/kernels/gqa_decode.s `.sram` lines). When the group does not fit, the unit runs
-the group in passes of the largest sub-group that fits and re-reads the KV once per pass; the SRAM hit
-rate is the share of KV operand reads served from SRAM (1 - passes / group).
+the group in passes of the largest sub-group that fits and re-reads the KV once per pass. The SRAM hit rate
+is the share of the datapath's KV operand reads served by bytes already in SRAM, 1 - (DRAM bytes brought
+into SRAM) / (KV bytes the datapath reads), counted by the timed unit (archsim.pnm.stats.sram_reuse: one KV
+element per QK / PV multiply-accumulate); the roofline derives it as 1 - passes / group. MHA decode: ~0,
+GQA: ~1 - 1/group (the reuse factor is the group).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ class SramUse:
     bytes_needed: int  # the kernel's SRAM footprint for one pass
     tile_tokens: int
     passes: int  # KV re-reads per head context
-    hit_rate: float  # KV operand reads served from SRAM
+    hit_rate: float  # KV operand reads served from SRAM (counted by the timed unit; else 1 - passes / group)
+    reuse_factor: float  # datapath KV reads per byte brought into SRAM
     traffic_bytes: int  # per layer, pool-wide: KV written into and read from SRAM, queries and outputs
 
 
@@ -63,8 +67,8 @@ def sram_bytes(geo: KvGeometry, group: int, tile: int, splits: int) -> int:
 
 
 def plan_sram(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec) -> SramUse:
-    splits = max(1, share.active_channels // geo.head_contexts)
-    tile = min(pnm.tile_tokens, share.chunk_tokens)
+    splits = share.max_splits
+    tile = max(1, min(pnm.tile_tokens, share.max_chunk_tokens))
     while True:
         for sub in range(geo.query_group, 0, -1):
             need = sram_bytes(geo, sub, tile, splits)
@@ -72,7 +76,8 @@ def plan_sram(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec) -> SramUse:
                 passes = math.ceil(geo.query_group / sub)
                 kv = geo.layer_bytes * passes
                 traffic = 2 * kv + geo.query_layer_bytes + geo.output_layer_bytes
-                return SramUse(need, tile, passes, 1.0 - passes / geo.query_group, traffic)
+                return SramUse(need, tile, passes, 1.0 - passes / geo.query_group, geo.query_group / passes,
+                               traffic)
         if tile <= 8:
             raise ConfigError(f"{pnm.sram_bytes} B of SRAM cannot hold one query head and two 8-token K/V tiles "
                               f"({sram_bytes(geo, 1, 8, splits)} B needed)", where="system.pool.pnm.sram")
@@ -81,7 +86,7 @@ def plan_sram(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec) -> SramUse:
 
 def _compute_ns(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConfig) -> float:
     """Busiest unit's arithmetic at peak rates (passes split the group: the total is the same)."""
-    tokens = share.chunks * share.chunk_tokens
+    tokens = share.tokens
     macs = geo.query_group * tokens * (geo.qk_dim + geo.out_dim)
     exps = geo.query_group * tokens
     clock_GHz = pnm.clock_GHz if pnm.clock_GHz is not None else 1.0 / memory.timing.tCK_ns
@@ -92,7 +97,7 @@ def roofline(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, dram: PoolDram,
              memory: MemoryConfig) -> PoolAttentionTime:
     memory_ns = dram.time_ns * sram.passes
     compute_ns = _compute_ns(geo, share, pnm, memory)
-    tiles = max(1, share.chunks * math.ceil(share.chunk_tokens / sram.tile_tokens) * sram.passes)
+    tiles = max(1, sum(math.ceil(c.tokens / sram.tile_tokens) for c in share.chunks) * sram.passes)
     time = max(memory_ns, compute_ns) + min(memory_ns, compute_ns) / tiles
     return PoolAttentionTime(time, memory_ns, compute_ns, "roofline", "", sram, geo.layer_macs, geo.layer_exps)
 
@@ -103,19 +108,21 @@ def _timed_api() -> tuple[object, ...] | str:
         from archsim.memory import warm_up
         from archsim.pnm.address_space import unit_requests
         from archsim.pnm.shape import parse_shape
+        from archsim.pnm.stats import sram_reuse
         from archsim.pnm.timing import simulate
         from archsim.pnm.unit_config import device_layout, load_pnm_config
         from archsim.pnm.workload import build_workload
     except ImportError as exc:  # the timed unit is optional: fall back to the roofline and report it
         return f"timed PNM model unavailable ({exc})"
-    return warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload
+    return warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload, sram_reuse
 
 
-_TIMED: dict[tuple[object, ...], float] = {}
+_TIMED: dict[tuple[object, ...], tuple[float, float, float]] = {}
 
 
 def _timed_run_ns(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dims: tuple[int, int], dtype: str,
-                  tile: int, context: int) -> float:
+                  tile: int, context: int) -> tuple[float, float, float]:
+    """Time of one head context on one unit, and the SRAM hit rate and reuse factor the run counted."""
     key = (str(memory.resolved_tree), pnm, kind, group, dims, dtype, tile, context)
     if key not in _TIMED:
         _TIMED[key] = _timed_run_uncached(memory, pnm, kind, group, dims, dtype, tile, context)
@@ -123,10 +130,10 @@ def _timed_run_ns(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dim
 
 
 def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dims: tuple[int, int], dtype: str,
-                        tile: int, context: int) -> float:
+                        tile: int, context: int) -> tuple[float, float, float]:
     api = _timed_api()
     assert not isinstance(api, str)
-    warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload = api
+    warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload, sram_reuse = api
     config = load_pnm_config(pnm.config_path, pnm.overrides())
     layout = device_layout(config, memory)
     if kind == "mla":
@@ -142,7 +149,8 @@ def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: in
                           unit_capacity_bytes=layout.unit_capacity_bytes, sram_capacity_bytes=pnm.sram_bytes)
     requests = unit_requests(work.units, layout, memory.mapping, memory.organization.access_bytes)
     run = simulate(work, requests, memory, config, layout)
-    return float(run.cycles) * layout.unit_period_ns
+    _, hit_rate, reuse = sram_reuse(work.units, shape.spec.kv_dtype)
+    return float(run.cycles) * layout.unit_period_ns, hit_rate, reuse
 
 
 def timed(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConfig, sram: SramUse,
@@ -151,10 +159,12 @@ def timed(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConf
     group = math.ceil(geo.query_group / sram.passes)
     dims = (geo.out_dim, geo.qk_dim - geo.out_dim) if kind == "mla" else (geo.qk_dim, 0)
     dtype = _KV_DTYPES[geo.element_bytes]
-    t1, t2 = (_timed_run_ns(memory, pnm, kind, group, dims, dtype, sram.tile_tokens, n) for n in sample_tokens)
+    (t1, _, _), (t2, hit_rate, reuse) = (_timed_run_ns(memory, pnm, kind, group, dims, dtype, sram.tile_tokens, n)
+                                         for n in sample_tokens)
+    sram = replace(sram, hit_rate=hit_rate, reuse_factor=reuse)  # counted by the unit, not derived
     per_token = (t2 - t1) / (sample_tokens[1] - sample_tokens[0])
     fixed = max(0.0, t1 - per_token * sample_tokens[0])
-    time = share.chunks * sram.passes * (fixed + per_token * share.chunk_tokens)
+    time = sram.passes * sum(fixed + per_token * c.tokens for c in share.chunks)
     compute_ns = _compute_ns(geo, share, pnm, memory)
     note = (f"timed unit fitted on {sample_tokens[0]} and {sample_tokens[1]} tokens: {fixed:.0f} ns + "
             f"{per_token:.3f} ns/token per head context")

@@ -1,6 +1,8 @@
 """`archsim simulate` and `archsim compare`: thin shells over archsim.system (registered by archsim/cli.py).
 
-Bad input raises ArchsimError; the top-level group turns it into one line and exit code 2.
+Bad input raises ArchsimError; the top-level group turns it into one line and exit code 2. A point that cannot
+run (KV beyond a capacity, a context beyond the model's maximum) is an `infeasible: <reason>` row and the
+command still exits 0 with every other point kept.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from collections.abc import Sequence
 import click
 
 from archsim.errors import ConfigError
-
-_WHERE_FULL = {"gpu": "system.gpus.hbm_capacity", "pool": "system.pool.devices", "store": "system.kv.capacity"}
 
 
 def _contexts(text: str | None) -> tuple[int, ...] | None:
@@ -42,7 +42,11 @@ def _inputs(configs: Sequence, workload) -> list[str]:  # noqa: ANN001 - SystemC
 
 
 def _breakdown(result: dict) -> str:
-    parts = ", ".join(f"{k} {v / 1e6:.3f} ms" for k, v in result["breakdown_ns"].items() if v)
+    crit = result["breakdown_ns"].get("critical", {})
+    hidden = result["breakdown_ns"].get("overlapped", {})
+    parts = ", ".join(f"{k} {v / 1e6:.3f} ms" for k, v in crit.items() if v)
+    if any(hidden.values()):
+        parts += "; overlapped: " + ", ".join(f"{k} {v / 1e6:.3f} ms" for k, v in hidden.items() if v)
     energy = sorted(result["energy_breakdown_pJ_per_token"].items(), key=lambda kv: -kv[1])[:6]
     joules = ", ".join(f"{k} {v / 1e9:.2f} mJ" for k, v in energy)
     lines = [f"  {result['system']} @ {result['context']} tokens: {parts}", f"    energy/token: {joules}"]
@@ -62,7 +66,7 @@ def _breakdown(result: dict) -> str:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
               help="A logical trace to take the workload from.")
 @click.option("--contexts", help="Comma-separated contexts (4K,32K) instead of the workload's.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/1 tree here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/2 tree here.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
               help="Override a system value, e.g. system.pool.devices=4 (repeatable).")
 @click.option("--quiet", is_flag=True, help="No table.")
@@ -80,17 +84,16 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
     outputs = OutputPlan(inputs=_inputs([cfg], workload))
     outputs.add(json_path, "--json")
     results = run_comparison([cfg], workload, _contexts(contexts))
-    for r in results:
-        if not r.ok:  # a single system: a workload that fits nowhere in it is bad input
-            raise ConfigError(f"{r.status.removeprefix('infeasible: ')} (context {r.context} tokens, workload "
-                              f"{workload.name})", file=cfg.file, where=_WHERE_FULL[cfg.kv_location])
     tree = result_tree([cfg], workload, results)
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
     outputs.commit()
     if not quiet:
         click.echo(render_table(results, f"archsim simulate: {cfg.name} ({cfg.tier}), workload {workload.name}"))
         for entry in tree["results"]:
-            click.echo(_breakdown(entry))
+            if entry["status"] == "ok":
+                click.echo(_breakdown(entry))
+            else:
+                click.echo(f"  {entry['system']} @ {entry['context']} tokens: {entry['status']}")
         click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
 
 
@@ -98,7 +101,7 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
 @click.argument("systems", nargs=-1, required=True)
 @click.option("--workload", "workload_path", required=True, help="Workload YAML or preset name.")
 @click.option("--contexts", help="Comma-separated contexts, e.g. 4K,32K,128K (default: the workload's).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/1 tree here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/2 tree here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a latency/energy plot (PNG).")
 @click.option("--quiet", is_flag=True, help="No table.")
 def compare(systems: Sequence[str], workload_path: str, contexts: str | None, json_path: str | None,

@@ -9,7 +9,7 @@ File layout (top-level key `system`; docs/systems.md describes every key and cit
       gpus: {count: 8, peak_TFLOPS: 989.4, hbm_bandwidth: 3.35TB/s, hbm_capacity: 80GB,
              memory_utilization: 0.9, clock: 1.98GHz, endpoint: gpu}
       interconnect: {preset: cxl2_switch, set: {links.pool_link.count: 8}}   # or {inline: {...}} / {file: ...}
-      kv: {location: pool, endpoint: pool}           # pool | gpu | store (store: also `capacity`)
+      kv: {location: pool, endpoint: pool}           # pool | gpu | store (store: also `capacity`, `device`)
       attention: pnm                                 # pnm | gpu
       pool:
         memory: hbm3e                                # configs/memory/<name>.yaml, or a path
@@ -53,6 +53,7 @@ CONFIGS_DIR = data_path("configs")
 SYSTEMS_DIR = CONFIGS_DIR / "systems"
 MEMORY_DIR = CONFIGS_DIR / "memory"
 KV_LOCATIONS = ("pool", "gpu", "store")
+KV_DEVICES = ("ddr5", "nvme")  # what a `store` holds the KV in, for its device energy (energy_model.py)
 ATTENTION_PLACES = ("pnm", "gpu")
 PNM_MODELS = ("auto", "roofline", "timed")
 SAMPLING_MODES = ("once", "all")
@@ -138,6 +139,7 @@ class SystemConfig:
     qos: QosSpec | None
     energy: EnergyTable
     file: str | None
+    kv_device: str | None = None  # `store` locations: ddr5 or nvme (None: no device energy counted)
 
     def gpu_endpoints(self, n: int) -> list[str]:
         """The first `n` GPU endpoints of the topology group (checked at load time)."""
@@ -171,6 +173,7 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     location = kv.choice("location", KV_LOCATIONS)
     endpoint = kv.str("endpoint") if location != "gpu" else None
     capacity = kv.parsed("capacity", parse_size_bytes) if location == "store" else None
+    device = kv.choice("device", KV_DEVICES) if location == "store" and kv.has("device") else None
     kv.done()
     attention = root.choice("attention", ATTENTION_PLACES)
     topology = _parse_interconnect(root, file) if root.has("interconnect") else None
@@ -207,7 +210,7 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     if topology is not None:
         _check_endpoints(topology, gpus, endpoint, root)
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
-                        gpu_fetch, sampling, qos, energy, file)
+                        gpu_fetch, sampling, qos, energy, file, device)
 
 
 def _parse_gpus(s: Section) -> GpuConfig:

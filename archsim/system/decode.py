@@ -22,7 +22,7 @@ from archsim.system.attention import PoolAttentionTime, pool_attention_time
 from archsim.system.config import SystemConfig
 from archsim.system.energy_model import step_energy
 from archsim.system.gpu import GpuWork, gpu_work, hbm_room_bytes, roofline_ns
-from archsim.system.kvstream import KvGeometry, channel_share, channel_stream, kv_geometry
+from archsim.system.kvstream import KvGeometry, channel_footprint_bytes, channel_share, channel_stream, kv_geometry
 from archsim.system.links import LayerTraffic, analytic_share_GBps, fetch_traffic, pnm_traffic
 from archsim.system.pooldram import PoolDram, full_layer, sampled_layer
 from archsim.system.qos import QosResult, qos_memory, run_study
@@ -37,7 +37,9 @@ class StepResult:
     status: str  # "ok" or "infeasible: why"
     decode_step_ns: float | None = None
     attention_ns: float | None = None
-    breakdown_ns: dict[str, float] = field(default_factory=dict)
+    # {critical: terms summing to decode_step_ns, overlapped: work hidden under the critical terms}
+    breakdown_ns: dict[str, dict[str, float]] = field(default_factory=dict)
+    pool_side_ns: float | None = None  # the pool's share of the step: queries + PNM + outputs, or the KV fetch
     analytic_decode_step_ns: float | None = None
     link_bytes: dict[str, float] = field(default_factory=dict)
     gpu_link_bytes: float = 0.0
@@ -50,6 +52,7 @@ class StepResult:
     link_peak_utilization: float | None = None
     l2_hit_rate: float | None = None
     sram_hit_rate: float | None = None
+    sram_reuse_factor: float | None = None
     qos: dict[str, Any] | None = None
     pnm_model: str | None = None
     pnm_note: str = ""
@@ -60,6 +63,13 @@ class StepResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def term_ns(self, name: str) -> float:
+        """A breakdown term, critical or overlapped (0 when the system has no such part)."""
+        for part in ("critical", "overlapped"):
+            if name in self.breakdown_ns.get(part, {}):
+                return self.breakdown_ns[part][name]
+        return 0.0
 
     def as_dict(self) -> dict[str, Any]:
         def r6(v: float | None) -> float | None:
@@ -72,14 +82,16 @@ class StepResult:
             else int(math.ceil(self.decode_step_ns * self.gpu_clock_GHz - 1e-9)),
             "tokens_per_s": None if not self.decode_step_ns else r6(self.tokens / self.decode_step_ns * 1e9),
             "analytic_decode_step_ns": r6(self.analytic_decode_step_ns),
-            "breakdown_ns": {k: r6(v) for k, v in self.breakdown_ns.items()},
+            "breakdown_ns": {part: {k: r6(v) for k, v in terms.items()} for part, terms in self.breakdown_ns.items()},
+            "pool_side_ns": r6(self.pool_side_ns),
             "link_bytes": {k: r6(v) for k, v in sorted(self.link_bytes.items())},
             "gpu_link_bytes": r6(self.gpu_link_bytes), "kv_bytes": self.kv_bytes,
             "energy_pJ_per_token": r6(self.energy_pJ_per_token),
             "energy_breakdown_pJ_per_token": {k: r6(v) for k, v in self.energy_breakdown_pJ_per_token.items()},
             "bank_conflicts": r6(self.bank_conflicts), "row_hit_rate": r6(self.row_hit_rate),
             "dram_utilization": r6(self.dram_utilization), "link_peak_utilization": r6(self.link_peak_utilization),
-            "l2_hit_rate": r6(self.l2_hit_rate), "sram_hit_rate": r6(self.sram_hit_rate), "qos": self.qos,
+            "l2_hit_rate": r6(self.l2_hit_rate), "sram_hit_rate": r6(self.sram_hit_rate),
+            "sram_reuse_factor": r6(self.sram_reuse_factor), "qos": self.qos,
             "pnm_model": self.pnm_model, "pnm_note": self.pnm_note, "sampling": self.sampling,
         }
         return out
@@ -99,8 +111,14 @@ def _infeasible(system: SystemConfig, workload: Workload, geo: KvGeometry, work:
                     f"{room / gib:.1f} GiB of HBM left after the weights")
     elif system.kv_location == "pool":
         assert system.pool is not None
-        if geo.step_bytes > system.pool.capacity_bytes:
-            return f"KV {geo.step_bytes / gib:.1f} GiB exceeds the pool's {system.pool.capacity_bytes / gib:.1f} GiB"
+        pool = system.pool
+        if geo.step_bytes > pool.capacity_bytes:
+            return f"KV {geo.step_bytes / gib:.1f} GiB exceeds the pool's {pool.capacity_bytes / gib:.1f} GiB"
+        need = channel_footprint_bytes(geo, pool.channels)
+        per_channel = pool.memory.organization.capacity_bytes // pool.channels_per_device
+        if need > per_channel:  # within a token row per layer and channel of the pool's capacity
+            return (f"KV {geo.step_bytes / gib:.1f} GiB placed over {pool.channels} channels needs "
+                    f"{need / 2**20:.1f} MiB per channel, {per_channel / 2**20:.1f} MiB each")
     elif system.kv_capacity_bytes is not None and geo.step_bytes > system.kv_capacity_bytes:
         return f"KV {geo.step_bytes / gib:.1f} GiB exceeds the store's {system.kv_capacity_bytes / gib:.1f} GiB"
     return None
@@ -126,10 +144,12 @@ def _qos(system: SystemConfig, geo: KvGeometry) -> QosResult:
     pool, s = system.pool, system.sampling
     assert pool is not None and pool.pnm is not None and system.qos is not None
     share = channel_share(geo, pool.channels)
+    channel = share.channel % pool.channels_per_device
     stream = channel_stream(pool.memory, geo, share, "pnm", tile_tokens=pool.pnm.tile_tokens,
-                            interleave_bytes=pool.host_fetch_interleave_bytes, window=s.window_requests)
+                            interleave_bytes=pool.host_fetch_interleave_bytes, window=s.window_requests,
+                            channel=channel)
     memory = qos_memory(pool.memory, system.qos, system.file)
-    return run_study(memory, stream.address, stream.is_write, stream.source, system.qos)
+    return run_study(memory, stream.address, stream.is_write, stream.source, system.qos, channel=channel)
 
 
 def simulate_step(system: SystemConfig, workload: Workload, context: int) -> StepResult:
@@ -143,6 +163,9 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     result = StepResult(system.name, system.tier, context, "ok", kv_bytes=geo.step_bytes,
                         tokens=workload.batch * instances, gpu_clock_GHz=gpus.clock_GHz)
     reason = _infeasible(system, workload, geo, work, gpus_used)
+    if workload.max_context is not None and context > workload.max_context:
+        reason = (f"context {context} tokens exceeds {workload.shape.name}'s maximum of {workload.max_context} "
+                  f"(max_position_embeddings)")
     if reason:
         result.status = f"infeasible: {reason}"
         return result
@@ -156,7 +179,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     dram: PoolDram | None = None
     pnm: PoolAttentionTime | None = None
     qos: QosResult | None = None
-    exposed = 0.0
+    exposed = t_read = t_hbm = 0.0
     if system.kv_location == "gpu":
         t_attn = roofline_ns(kv_gpu_bytes, attn_flops_gpu, gpus)
         t_layer = t_weights + t_attn
@@ -205,15 +228,34 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     step = L * t_layer + t_epilogue + exposed
     result.decode_step_ns = step
     result.attention_ns = L * t_attn
-    result.breakdown_ns = {"gpu_weights": L * t_weights, "attention": L * t_attn, "epilogue": t_epilogue,
-                           "exposed_latency": exposed}
+    critical: dict[str, float] = {"gpu_weights": L * t_weights}
+    overlapped: dict[str, float] = {}
     if pnm is not None and traffic is not None:
-        result.breakdown_ns.update({"pnm": L * (t_attn - sum(traffic.time_ns)),
-                                    "link_queries": L * traffic.time_ns[0], "link_outputs": L * traffic.time_ns[1]})
+        critical.update({"link_queries": L * traffic.time_ns[0], "pnm": L * (t_attn - sum(traffic.time_ns)),
+                         "link_outputs": L * traffic.time_ns[1]})
+        assert dram is not None
+        overlapped["pool_dram"] = L * dram.time_ns  # the PNM's loads: inside its time
+        result.pool_side_ns = L * t_attn
     elif traffic is not None:
-        result.breakdown_ns["link_fetch"] = L * traffic.time_ns[0]
+        t_fetch = t_attn - t_read
+        result.pool_side_ns = L * t_fetch
+        overlapped["link_fetch"] = L * traffic.time_ns[0]
         if dram is not None:
-            result.breakdown_ns["pool_dram"] = L * dram.time_ns
+            overlapped["pool_dram"] = L * dram.time_ns
+        if system.gpu_fetch == "serial":
+            critical.update({"kv_fetch": L * t_fetch, "gpu_attention": L * t_read})
+        elif t_hbm >= t_fetch - exposed:  # the GPUs' HBM work hides the next layer's fetch
+            critical["gpu_attention"] = L * (t_hbm - t_weights)
+            overlapped["kv_fetch"] = L * t_fetch
+        else:  # the fetch stream decides; the GPUs' weights and attention run under it
+            del critical["gpu_weights"]
+            overlapped.update({"gpu_weights": L * t_weights, "gpu_attention": L * (t_hbm - t_weights)})
+            critical["kv_fetch"] = L * (t_fetch - exposed)
+        critical["exposed_latency"] = exposed
+    else:
+        critical["gpu_attention"] = L * t_attn
+    critical["epilogue"] = t_epilogue
+    result.breakdown_ns = {"critical": critical, "overlapped": overlapped}
     result.analytic_decode_step_ns = L * analytic_layer + t_epilogue
     if traffic is not None:
         result.link_bytes = {k: v * L for k, v in traffic.link_bytes().items()}
@@ -228,7 +270,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
         result.sampling = _sampling(system, dram)
     if pnm is not None:
         result.pnm_model, result.pnm_note = pnm.model, pnm.note
-        result.sram_hit_rate = pnm.sram.hit_rate
+        result.sram_hit_rate, result.sram_reuse_factor = pnm.sram.hit_rate, pnm.sram.reuse_factor
     if qos is not None:
         result.qos = qos.as_dict()
     energy = step_energy(system, workload, geo, work, instances, step, traffic, dram, pnm)

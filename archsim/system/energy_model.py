@@ -11,6 +11,9 @@ Counts (whole step, every model instance):
   dram.background.precharge_standby per channel-ns of the step.
 * l2.line per L2 lookup, fill and write-back on the pool's host path (when the pool has an L2).
 * PNM: pnm.mac, pnm.exp, sram.byte (KV written into and read from the scratchpad, queries, outputs).
+* KV stores outside the pool (`kv.device`): host_dram.bit per bit read (the fetched KV) or written (appends)
+  in DDR5 (host DRAM, the RDMA memory server); nvme.byte per byte read or written on the SSD; nic.bit per
+  payload bit through an RDMA NIC (a NIC ends every Ethernet hop, so the Ethernet hops' payload bits).
 An action missing from the table is a ConfigError naming `energy.actions.<action>` in the table's file.
 """
 
@@ -63,6 +66,13 @@ def step_counts(system: SystemConfig, workload: Workload, geo: KvGeometry, work:
         counts["dram.background.precharge_standby"] = pool.channels * step_ns
         if dram.l2_lines:
             counts["l2.line"] = dram.l2_lines * L
+    store_bytes = float(kv_step + append_step)
+    if system.kv_device == "ddr5":
+        counts["host_dram.bit"] = 8.0 * store_bytes
+    elif system.kv_device == "nvme":
+        counts["nvme.byte"] = store_bytes
+    if traffic is not None and traffic.payload_bits("ethernet"):
+        counts["nic.bit"] = traffic.payload_bits("ethernet") * L
     if pnm is not None:
         counts["pnm.mac"] = float(pnm.macs * L)
         counts["pnm.exp"] = float(pnm.exps * L)

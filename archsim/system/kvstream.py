@@ -1,11 +1,14 @@
 """The pool's KV layout and the request streams one channel sees during a decode step.
 
 Layout (head-wise sharding, flash-decoding split): every (sequence, KV head) of a layer is a *head context*
-of `tokens` rows of K and `tokens` rows of V. With W head contexts and C pool channels, W >= C gives each
-channel ceil(W / C) whole head contexts (the busiest channel decides the time); W < C splits each head
-context's tokens into C // W chunks (none shorter than MIN_CHUNK_TOKENS), one per channel, so every PNM
-unit works. Inside a channel a chunk is its K block followed by its V block, consecutive chunks back to
-back, each layer in its own region.
+of `tokens` rows of K and `tokens` rows of V. A layer's head contexts laid end to end form a flat token space
+(head context h, token t -> h x tokens + t) that is cut into one contiguous range per pool channel, every
+channel of every device within one token of the mean; a range's pieces of head contexts are its *chunks*
+(a head context longer than a range is split over several channels, and a range may end one head context
+and start the next). Only when the layer holds fewer than MIN_CHUNK_TOKENS tokens per channel are fewer
+channels used. Inside a channel a chunk is its K block followed by its V block, consecutive chunks back to
+back; every layer has its own region of the largest share's size (layer l at l x region), so a channel holds
+layers x region bytes and any KV that fits the pool to within one token row per layer and channel is placed.
 Addresses are built through the memory's own address mapping (channel-local offsets with the channel bits
 inserted, then encoded), so any configured mapping keeps a chunk inside its PNM unit's channel.
 
@@ -26,12 +29,12 @@ import numpy as np
 
 from archsim.config.memory import MemoryConfig
 from archsim.dram.address_map import AddressMapping
-from archsim.errors import ConfigError
+from archsim.errors import ArchsimError, ConfigError
 from archsim.models import ModelShape, dtype_bytes
 
 HOST, PNM = 0, 1  # request sources (archsim.config.memory.SOURCES)
-# a head context is split over channels only in chunks of at least one kernel tile: shorter chunks would pay
-# more in per-chunk setup and partial-result merging than the extra channels give back
+# a channel's range is at least one kernel tile: shorter ranges would pay more in per-chunk setup and
+# partial-result merging than the extra channels give back
 MIN_CHUNK_TOKENS = 64
 
 
@@ -100,24 +103,98 @@ def kv_geometry(shape: ModelShape, dtype: str, sequences: int, context_tokens: i
 
 
 @dataclass(frozen=True)
-class ChannelShare:
-    """The busiest channel's part of one layer."""
+class Chunk:
+    """A token range of one head context held by one channel."""
 
-    chunks: int  # head-context chunks it holds
-    chunk_tokens: int
-    active_channels: int  # channels holding any chunk of the layer
-    appends: int  # chunks whose last token (the appended one) lives here
+    head: int  # head context of the layer (sequence x cached head)
+    first_token: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ChannelShare:
+    """One channel's part of one layer: the head-context chunks it holds, back to back in its layer region."""
+
+    channel: int  # pool-wide channel index (device = channel // channels per device)
+    chunks: tuple[Chunk, ...]
+    head_tokens: int  # tokens of a whole head context (geo.tokens)
+    max_splits: int  # most channels any head context of the layer is split over (partial records merged)
+    region_bytes: int  # channel-local bytes every layer's region spans (layer l starts at l x this)
+
+    @property
+    def tokens(self) -> int:
+        return sum(c.tokens for c in self.chunks)
+
+    @property
+    def appends(self) -> int:
+        """Chunks whose last token (the step's appended one) lives here."""
+        return sum(1 for c in self.chunks if c.first_token + c.tokens == self.head_tokens)
+
+    @property
+    def max_chunk_tokens(self) -> int:
+        return max((c.tokens for c in self.chunks), default=0)
 
     def read_bytes(self, geo: KvGeometry) -> int:
-        return self.chunks * self.chunk_tokens * geo.row_bytes
+        return self.tokens * geo.row_bytes
 
 
-def channel_share(geo: KvGeometry, channels: int) -> ChannelShare:
-    w = geo.head_contexts
-    if w >= channels:
-        return ChannelShare(math.ceil(w / channels), geo.tokens, channels, math.ceil(w / channels))
-    splits = max(1, min(channels // w, geo.tokens // MIN_CHUNK_TOKENS))
-    return ChannelShare(1, math.ceil(geo.tokens / splits), w * splits, 1)
+def channel_bounds(geo: KvGeometry, channels: int) -> np.ndarray:
+    """Start of each channel's range of the layer's flat token space (head context h, token t -> h x tokens + t),
+    channels + 1 entries: channel c holds [bounds[c], bounds[c + 1]), every used channel within one token of the
+    mean (all of them unless the layer has fewer than MIN_CHUNK_TOKENS tokens per channel)."""
+    total = geo.head_contexts * geo.tokens
+    active = max(1, min(channels, total // MIN_CHUNK_TOKENS))
+    bounds = np.full(channels + 1, total, dtype=np.int64)
+    bounds[: active + 1] = (np.arange(active + 1, dtype=np.int64) * total) // active
+    return bounds
+
+
+def _chunks_per_channel(geo: KvGeometry, bounds: np.ndarray) -> np.ndarray:
+    t = geo.tokens
+    lo, hi = bounds[:-1], bounds[1:]
+    return np.where(hi > lo, (hi - 1) // t - lo // t + 1, 0)
+
+
+def busiest_channel(geo: KvGeometry, channels: int) -> int:
+    """The channel with the most chunks (each costs the kernel a prologue and a partial record), then the most
+    tokens; the lowest index among equals."""
+    bounds = channel_bounds(geo, channels)
+    chunks = _chunks_per_channel(geo, bounds)
+    tokens = np.diff(bounds)
+    key = chunks * (int(tokens.max()) + 1) + tokens
+    return int(np.argmax(key))
+
+
+def _max_splits(geo: KvGeometry, bounds: np.ndarray) -> int:
+    heads = np.arange(geo.head_contexts, dtype=np.int64) * geo.tokens
+    first = np.searchsorted(bounds, heads, side="right") - 1
+    last = np.searchsorted(bounds, heads + geo.tokens - 1, side="right") - 1
+    return int((last - first).max()) + 1
+
+
+def channel_share(geo: KvGeometry, channels: int, channel: int | None = None) -> ChannelShare:
+    """The layer's chunks on `channel` (None: the busiest channel, the one that decides the layer's time)."""
+    bounds = channel_bounds(geo, channels)
+    c = busiest_channel(geo, channels) if channel is None else channel
+    lo, hi, t = int(bounds[c]), int(bounds[c + 1]), geo.tokens
+    chunks = []
+    u = lo
+    while u < hi:
+        head, first = divmod(u, t)
+        n = min(t - first, hi - u)
+        chunks.append(Chunk(head, first, n))
+        u += n
+    return ChannelShare(c, tuple(chunks), t, _max_splits(geo, bounds), layer_region_bytes(geo, channels))
+
+
+def layer_region_bytes(geo: KvGeometry, channels: int) -> int:
+    """Channel-local bytes one layer occupies on every channel (the largest share): layer l starts at l x this."""
+    return int(np.diff(channel_bounds(geo, channels)).max()) * geo.row_bytes
+
+
+def channel_footprint_bytes(geo: KvGeometry, channels: int) -> int:
+    """Bytes of every layer's KV on the fullest channel: the placement fits when this is within a channel."""
+    return geo.layers * layer_region_bytes(geo, channels)
 
 
 def channel_local_to_physical(mapping: AddressMapping, local: np.ndarray, channel: int) -> np.ndarray:
@@ -161,13 +238,21 @@ class ChannelStream:
         return len(self) < self.full_requests
 
 
+def _chunk_bases(share: ChannelShare, geo: KvGeometry) -> np.ndarray:
+    """Channel-local offset of each chunk in the layer region: chunks back to back, K block then V block."""
+    sizes = np.array([c.tokens for c in share.chunks], dtype=np.int64) * geo.row_bytes
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+
 def _pnm_offsets(n: int, share: ChannelShare, geo: KvGeometry, tile: int, access: int) -> np.ndarray:
     """Local offsets of the first n reads of the PNM order (see the module docstring)."""
     i = np.arange(n, dtype=np.int64)
     k_req, v_req = geo.k_row_bytes // access, geo.v_row_bytes // access
-    t = share.chunk_tokens
-    per_chunk = t * (k_req + v_req)
-    chunk, r = i // per_chunk, i % per_chunk
+    tokens = np.array([c.tokens for c in share.chunks], dtype=np.int64)
+    ends = np.cumsum(tokens * (k_req + v_req))
+    chunk = np.searchsorted(ends, i, side="right")
+    r = i - (ends[chunk] - tokens[chunk] * (k_req + v_req))
+    t = tokens[chunk]
     tile_req = tile * (k_req + v_req)
     full_tiles = t // tile
     in_full = r < full_tiles * tile_req
@@ -177,26 +262,24 @@ def _pnm_offsets(n: int, share: ChannelShare, geo: KvGeometry, tile: int, access
     is_v = q >= tile_tokens * k_req
     k_off = tile_idx * tile * geo.k_row_bytes + q * access
     v_off = t * geo.k_row_bytes + tile_idx * tile * geo.v_row_bytes + (q - tile_tokens * k_req) * access
-    return chunk * t * geo.row_bytes + np.where(is_v, v_off, k_off)
+    return _chunk_bases(share, geo)[chunk] + np.where(is_v, v_off, k_off)
 
 
 def _host_offsets(n: int, share: ChannelShare, geo: KvGeometry, interleave: int, access: int) -> np.ndarray:
     """Local offsets of the first n reads of the host order: round-robin over the K and V streams of every chunk,
     `interleave` bytes per turn; a stream that has ended drops out of the rotation."""
-    t = share.chunk_tokens
     per = interleave // access
-    k_chunks = math.ceil(t * geo.k_row_bytes / interleave)
-    v_chunks = math.ceil(t * geo.v_row_bytes / interleave)
-    lengths = [k_chunks, v_chunks]
     streams = []  # (rounds it lasts, base offset, stream length in bytes)
-    for c in range(share.chunks):
-        base = c * t * geo.row_bytes
-        streams.append((lengths[0], base, t * geo.k_row_bytes))
-        streams.append((lengths[1], base + t * geo.k_row_bytes, t * geo.v_row_bytes))
-    out: list[np.ndarray] = []
+    for chunk, base in zip(share.chunks, _chunk_bases(share, geo).tolist(), strict=True):
+        k_len, v_len = chunk.tokens * geo.k_row_bytes, chunk.tokens * geo.v_row_bytes
+        streams.append((math.ceil(k_len / interleave), base, k_len))
+        streams.append((math.ceil(v_len / interleave), base + k_len, v_len))
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     produced, rnd = 0, 0
     bounds = sorted({s[0] for s in streams})
     for end in bounds:  # rounds [rnd, end): the streams lasting beyond rnd take part
+        if produced >= n:
+            break
         live = [s for s in streams if s[0] > rnd]
         rounds = min(end - rnd, math.ceil((n - produced) / (len(live) * per)) + 1)
         base = np.array([s[1] for s in live], dtype=np.int64)
@@ -209,36 +292,36 @@ def _host_offsets(n: int, share: ChannelShare, geo: KvGeometry, interleave: int,
         out.append(block)
         produced += block.size
         rnd = end
-        if produced >= n:
-            break
     return np.concatenate(out)[:n]
 
 
 def channel_stream(memory: MemoryConfig, geo: KvGeometry, share: ChannelShare, order: str, *, tile_tokens: int,
                    interleave_bytes: int, window: int, channel: int = 0, layer: int = 0) -> ChannelStream:
     """The channel's requests for one layer: appends (host writes) then KV reads in `order`, cut to `window`
-    requests (0 = all). `layer` moves the layer's region so several layers can share one replay."""
+    requests (0 = all). `channel` is the channel within its device (what the addresses decode to); `layer` puts
+    the requests in that layer's region (layer x layer_region_bytes), so several layers can share one replay."""
     org = memory.organization
     access = org.access_bytes
     if geo.k_row_bytes % access or geo.v_row_bytes % access:
         raise ConfigError(f"a KV row ({geo.k_row_bytes} / {geo.v_row_bytes} B) is not a whole number of "
                           f"{access} B accesses", where="system.pool.memory")
     read_bytes = share.read_bytes(geo)
-    region = -(-read_bytes // org.row_bytes) * org.row_bytes * org.banks_per_pseudo_channel * org.pseudo_channels
+    region = share.region_bytes
     channel_capacity = org.capacity_bytes // org.n_channels
-    if (layer + 1) * region > channel_capacity:
-        raise ConfigError(f"one channel's KV ({(layer + 1) * region} B) exceeds its capacity {channel_capacity} B",
-                          where="system.pool")
+    if layer * region + read_bytes > channel_capacity:
+        raise ArchsimError(f"layer {layer}'s KV ends at {layer * region + read_bytes} B, beyond the channel's "
+                           f"{channel_capacity} B: check channel_footprint_bytes before building streams")
     n_reads = read_bytes // access
     n_writes = share.appends * geo.row_bytes // access
     total = n_reads + n_writes
     n_take = total if window == 0 else min(total, window)
     writes = min(n_writes, n_take)
     reads = n_take - writes
-    t = share.chunk_tokens
     w_off = []
-    for c in range(share.appends):  # the last token slot of each appended chunk: its K row, then its V row
-        base = c * t * geo.row_bytes
+    for c, base in zip(share.chunks, _chunk_bases(share, geo).tolist(), strict=True):
+        if c.first_token + c.tokens != share.head_tokens:
+            continue
+        t = c.tokens  # the chunk's last token slot holds the appended token: its K row, then its V row
         w_off.append(base + (t - 1) * geo.k_row_bytes + np.arange(geo.k_row_bytes // access) * access)
         w_off.append(base + t * geo.k_row_bytes + (t - 1) * geo.v_row_bytes
                      + np.arange(geo.v_row_bytes // access) * access)

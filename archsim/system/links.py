@@ -37,6 +37,11 @@ class LayerTraffic:
                 out[key] = out.get(key, 0.0) + bits
         return out
 
+    def payload_bits(self, protocol: str) -> float:
+        """Payload bits the layer moves over hops of `protocol`, every direction, all phases."""
+        return 8.0 * sum(u.payload_bytes for sched in self.schedules for u in sched.links
+                         if u.hop.link.protocol == protocol)
+
     def peak_utilization(self) -> float:
         """Highest epoch rate over capacity, any link direction, any phase (<= 1 by the flow model)."""
         return max((u.peak_rate_GBps / u.capacity_GBps for s in self.schedules for u in s.links), default=0.0)

@@ -21,7 +21,6 @@ from archsim.dram.analytic import unloaded_read_latency_cycles
 from archsim.memory import ReplayResult, Requests, replay
 from archsim.report.memory_stats import memory_stats
 from archsim.system.kvstream import (
-    ChannelShare,
     ChannelStream,
     KvGeometry,
     channel_local_to_physical,
@@ -108,7 +107,7 @@ def sampled_layer(memory: MemoryConfig, geo: KvGeometry, pool_channels: int, ord
     if key in _CACHE:
         return _CACHE[key]
     stream = channel_stream(memory, geo, share, order, tile_tokens=tile_tokens, interleave_bytes=interleave_bytes,
-                            window=window)
+                            window=window, channel=share.channel % memory.organization.n_channels)
     rate = None if pool_rate_GBps is None else pool_rate_GBps * share.read_bytes(geo) / geo.layer_bytes
     ts = paced_timestamps(len(stream), memory.organization.access_bytes, rate, memory.timing.tCK_ns)
     hit_rate, lines = None, 0.0
@@ -185,37 +184,13 @@ def _extrapolated_ns(memory: MemoryConfig, result: ReplayResult, full_requests: 
     return t * tck
 
 
-def _channel_shares(geo: KvGeometry, pool_channels: int) -> list[ChannelShare | None]:
-    """Every channel's share (None: holds nothing of this layer), matching channel_share's busiest channel."""
-    w = geo.head_contexts
-    base = channel_share(geo, pool_channels)
-    if w >= pool_channels:
-        shares: list[ChannelShare | None] = []
-        for c in range(pool_channels):
-            n = w // pool_channels + (1 if c < w % pool_channels else 0)
-            shares.append(ChannelShare(n, geo.tokens, pool_channels, n) if n else None)
-        return shares
-    splits = base.active_channels // w
-    out: list[ChannelShare | None] = []
-    for c in range(pool_channels):
-        if c >= base.active_channels:
-            out.append(None)
-            continue
-        part = c % splits  # chunk `part` of its head context; the last chunk holds the appended token
-        first = part * base.chunk_tokens
-        tokens = min(base.chunk_tokens, geo.tokens - first)
-        out.append(ChannelShare(1, tokens, base.active_channels, 1 if part == splits - 1 else 0)
-                   if tokens > 0 else None)
-    return out
-
-
 def full_layer(memory: MemoryConfig, geo: KvGeometry, devices: int, order: str, *, tile_tokens: int,
                interleave_bytes: int, pool_rate_GBps: float | None, layers: int = 1) -> PoolDram:
     """Reference: every channel of every device, whole streams, `layers` layers one after the other;
     returns the per-layer mean (time of the slowest device per layer, summed over layers, / layers)."""
     org = memory.organization
     per_device = org.n_channels
-    shares = _channel_shares(geo, devices * per_device)
+    shares = [channel_share(geo, devices * per_device, c) for c in range(devices * per_device)]
     total_ns, replayed = 0.0, 0
     last: ReplayResult | None = None
     for layer in range(layers):
@@ -224,7 +199,7 @@ def full_layer(memory: MemoryConfig, geo: KvGeometry, devices: int, order: str, 
             streams: list[ChannelStream] = []
             for c in range(per_device):
                 share = shares[d * per_device + c]
-                if share is not None:
+                if share.chunks:
                     streams.append(channel_stream(memory, geo, share, order, tile_tokens=tile_tokens,
                                                   interleave_bytes=interleave_bytes, window=0, channel=c,
                                                   layer=layer))

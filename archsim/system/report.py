@@ -1,4 +1,4 @@
-"""Comparison runs and their outputs: the `archsim.system/1` JSON tree, the side-by-side table and the plot.
+"""Comparison runs and their outputs: the `archsim.system/2` JSON tree, the side-by-side table and the plot.
 
 The JSON's `results` list (one entry per system and context) is a stable contract: `system`, `context`,
 `decode_step_ns`, `attention_ns`, `link_bytes`, `energy_pJ_per_token`, `bank_conflicts`, `row_hit_rate`
@@ -17,9 +17,21 @@ from archsim.system.config import SystemConfig
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.workload import Workload
 
-SCHEMA = "archsim.system/1"
+SCHEMA = "archsim.system/2"
 CONTRACT = ("system", "context", "decode_step_ns", "attention_ns", "link_bytes", "energy_pJ_per_token",
             "bank_conflicts", "row_hit_rate")
+
+
+DEFINITIONS = {
+    "sram_hit_rate": "1 - (DRAM bytes the PNM unit's DMA brings into SRAM) / (KV bytes its datapath reads from SRAM, "
+                     "one K or V element per QK / PV multiply-accumulate), counted by the timed PNM unit "
+                     "(pnm_model timed; the roofline derives 1 - passes / group): ~0 for MHA decode, ~1 - 1/group "
+                     "for GQA",
+    "sram_reuse_factor": "KV bytes the datapath reads from SRAM per byte brought in (the query group for GQA)",
+    "breakdown_ns": "critical: terms on the step's critical path, summing to decode_step_ns; overlapped: work "
+                    "that runs under them",
+    "pool_side_ns": "the pool's share of the step: queries + PNM + outputs, or the KV fetch (max of link and DRAM)",
+}
 
 
 def run_comparison(systems: Sequence[SystemConfig], workload: Workload,
@@ -61,6 +73,7 @@ def result_tree(systems: Sequence[SystemConfig], workload: Workload, results: Se
                      "batch": workload.batch, "tensor_parallel": workload.tensor_parallel,
                      "instances": workload.instances, "decode_steps": workload.decode_steps,
                      "source": _name(workload.source)},
+        "definitions": DEFINITIONS,
         "systems": [_system_summary(s) for s in systems],
         "results": [r.as_dict() for r in results],
     }
@@ -74,19 +87,33 @@ def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
-HEADER = ("system", "ctx", "step ms", "Mcycles", "attn ms", "tok/s", "GPU-link MB", "mJ/token", "bank confl",
-          "row hit", "L2 hit", "SRAM hit", "QoS slowdn", "status")
+HEADER = ("system", "ctx", "step ms", "Mcycles", "attn ms", "(hidden)", "tok/s", "GPU-link MB", "mJ/token",
+          "bank confl", "row hit", "L2 hit", "SRAM hit", "QoS slowdn", "status")
+
+
+def attention_split_ns(r: StepResult) -> tuple[float | None, float | None]:
+    """Attention on the step's critical path (the critical terms other than the GPUs' weights and the epilogue)
+    and the attention work hidden under other work (attention_ns minus that); None for an infeasible point."""
+    if not r.ok or r.attention_ns is None:
+        return None, None
+    crit = sum(v for k, v in r.breakdown_ns["critical"].items() if k not in ("gpu_weights", "epilogue"))
+    hidden = r.attention_ns - crit
+    return crit, hidden if hidden >= 1.0 else 0.0  # below 1 ns: rounding, not overlap
 
 
 def table_rows(results: Sequence[StepResult]) -> list[tuple[str, ...]]:
+    """One row per point; `attn ms` is attention on the critical path (the columns add up to `step ms` with the
+    weights and epilogue), `(hidden)` the attention work overlapped with it (e.g. a prefetched KV fetch)."""
     rows = []
     for r in results:
         d = r.as_dict()
+        attn_crit, attn_hidden = attention_split_ns(r)
         qos = "-"
         if d["qos"]:
             qos = "/".join(f"{k} {v:.2f}" for k, v in d["qos"]["slowdown"].items())
         rows.append((r.system, _tokens(r.context), _fmt(d["decode_step_ns"], 1e6, 3),
-                     _fmt(d["decode_step_cycles"], 1e6, 2), _fmt(d["attention_ns"], 1e6, 3),
+                     _fmt(d["decode_step_cycles"], 1e6, 2), _fmt(attn_crit, 1e6, 3),
+                     "-" if not attn_hidden else f"({attn_hidden / 1e6:,.3f})",
                      _fmt(d["tokens_per_s"], 1, 0), _fmt(d["gpu_link_bytes"] if r.ok else None, 1e6, 1),
                      _fmt(d["energy_pJ_per_token"], 1e9, 1), _fmt(d["bank_conflicts"], 1, 0),
                      _fmt(d["row_hit_rate"], 0.01, 1), _fmt(d["l2_hit_rate"], 0.01, 1),

@@ -42,7 +42,7 @@ def _pick(results: Sequence[StepResult], system: str, context: int) -> StepResul
 
 
 def _qo(r: StepResult) -> float:
-    return r.breakdown_ns["link_queries"] + r.breakdown_ns["link_outputs"]
+    return r.term_ns('link_queries') + r.term_ns('link_outputs')
 
 
 def _why(results: Sequence[StepResult], contexts: Sequence[int]) -> list[str]:
@@ -56,21 +56,21 @@ def _why(results: Sequence[StepResult], contexts: Sequence[int]) -> list[str]:
             f"* **PNM on {tier}** ({gains}). Without PNM every step moves the whole KV over the link: "
             f"{b.gpu_link_bytes / 1e9:,.0f} GB at {hi // 1024}K, against {a.gpu_link_bytes / 1e6:.0f} MB of queries, "
             f"outputs and appended K/V with PNM ({b.gpu_link_bytes / a.gpu_link_bytes:,.0f}x less). The fetch takes "
-            f"{_ms(b.breakdown_ns['link_fetch'])} on the link (max-min shared by the 8 GPUs) while the pool DRAM "
+            f"{_ms(b.term_ns('link_fetch'))} on the link (max-min shared by the 8 GPUs) while the pool DRAM "
             f"runs at {100 * b.dram_utilization:.1f} % of its peak; with PNM the same KV is read beside the "
-            f"controllers at {100 * a.dram_utilization:.0f} % of peak in {_ms(a.breakdown_ns['pnm'])}.")
+            f"controllers at {100 * a.dram_utilization:.0f} % of peak in {_ms(a.term_ns('pnm'))}.")
     g25, g15 = _pick(results, "g25", hi), _pick(results, "g15", hi)
     out.append(
         f"* **G1.5 vs G2.5 with PNM**: {_ms(g15.decode_step_ns)} vs {_ms(g25.decode_step_ns)} at {hi // 1024}K. "
         f"Only queries and outputs cross the link ({_ms(_qo(g25))} per step on CXL, {_ms(_qo(g15))} on the scale-up "
         f"fabric, {100 * _qo(g25) / g25.decode_step_ns:.1f} % and {100 * _qo(g15) / g15.decode_step_ns:.1f} % of "
         "the step), so the fabric decides little once attention runs in the pool; the PNM's "
-        f"{_ms(g25.breakdown_ns['pnm'])} and the GPUs' weight reads ({_ms(g25.breakdown_ns['gpu_weights'])}) dominate.")
+        f"{_ms(g25.term_ns('pnm'))} and the GPUs' weight reads ({_ms(g25.term_ns('gpu_weights'))}) dominate.")
     n25, n15 = _pick(results, "g25-nopnm", hi), _pick(results, "g15-nopnm", hi)
     out.append(
         f"* **G1.5 vs G2.5 without PNM**: {n25.decode_step_ns / n15.decode_step_ns:.1f}x in favour of G1.5 at "
         f"{hi // 1024}K: the scale-up ports move the KV "
-        f"{n25.breakdown_ns['link_fetch'] / n15.breakdown_ns['link_fetch']:.0f}x faster than CXL x16. Even so G1.5 "
+        f"{n25.term_ns('link_fetch') / n15.term_ns('link_fetch'):.0f}x faster than CXL x16. Even so G1.5 "
         f"without PNM stays {n15.decode_step_ns / g15.decode_step_ns:.1f}x behind G1.5 with PNM: the GPUs must also "
         "stage the fetched KV in their HBM (write, then read).")
     g1_ok = [c for c in contexts if _pick(results, "gpu-hbm", c).ok]
@@ -151,14 +151,14 @@ def _dse_section(workload: Workload, context: int) -> list[str]:
     lanes: dict[int, float] = {}
     for value in (default // 8, default // 4, default // 2, default, default * 2):
         r = simulate_step(load_system_config(g25.file, [f"system.pool.pnm.macs_per_cycle={value}"]), workload, context)
-        lanes[value] = r.breakdown_ns["pnm"]
-        rows.append(f"| MACs/cycle | {value} | {_ms(r.decode_step_ns)} | {_ms(r.breakdown_ns['pnm'])} | "
+        lanes[value] = r.term_ns('pnm')
+        rows.append(f"| MACs/cycle | {value} | {_ms(r.decode_step_ns)} | {_ms(r.term_ns('pnm'))} | "
                     f"{100 * (r.sram_hit_rate or 0):.1f} % |")
     sram: dict[str, float] = {}
     for value in ("48KiB", "80KiB", "96KiB", "512KiB"):
         r = simulate_step(load_system_config(g25.file, [f"system.pool.pnm.sram={value}"]), workload, context)
-        sram[value] = r.breakdown_ns["pnm"]
-        rows.append(f"| SRAM | {value} | {_ms(r.decode_step_ns)} | {_ms(r.breakdown_ns['pnm'])} | "
+        sram[value] = r.term_ns('pnm')
+        rows.append(f"| SRAM | {value} | {_ms(r.decode_step_ns)} | {_ms(r.term_ns('pnm'))} | "
                     f"{100 * (r.sram_hit_rate or 0):.1f} % |")
     keys = sorted(lanes)
     saturated = next((a for a, b in zip(keys, keys[1:], strict=False) if lanes[a] / lanes[b] < 1.05), keys[-1])
@@ -200,8 +200,10 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         comparison_table(results),
         "",
         f"`step ms` is one decode step of all {workload.batch} sequences (`Mcycles`: the same in millions of GPU "
-        f"clock cycles at {systems[0].gpus.clock_GHz:g} GHz); `GPU-link MB` the bytes on the GPUs' own links per step "
-        "(both directions); `bank confl` and `row hit` the pool DRAM's, scaled from the sampled channel "
+        f"clock cycles at {systems[0].gpus.clock_GHz:g} GHz); `attn ms` attention on the step's critical path and "
+        "`(hidden)` attention work overlapped with other work (a prefetched KV fetch hides the GPUs' staged "
+        "attention; JSON `breakdown_ns.critical` sums to the step); `GPU-link MB` the bytes on the GPUs' own links "
+        "per step (both directions); `bank confl` and `row hit` the pool DRAM's, scaled from the sampled channel "
         f"(sampling: one layer, the busiest channel, a {systems[0].sampling.window_requests}-request window; the "
         "`sampling` block of each JSON entry says what was replayed).",
         "",

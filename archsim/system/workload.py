@@ -9,7 +9,8 @@
       batch: 16                     # sequences per model instance
       tensor_parallel: 8            # GPUs per model instance (KV heads split across them)
       instances: 1                  # optional: model instances sharing the pool (default: GPUs / tensor_parallel)
-      contexts: [4K, 32K, 128K]     # cached tokens per sequence before the step (K = 1024)
+      contexts: [4K, 32K, 128K]     # cached tokens per sequence before the step (K = 1024); a context beyond
+                                    # the model's max_position_embeddings is an infeasible point
       decode_steps: 64
 """
 
@@ -45,6 +46,7 @@ class Workload:
     contexts: tuple[int, ...]
     decode_steps: int
     source: str  # the YAML file or the trace it came from
+    max_context: int | None = None  # the model's max_position_embeddings (None: unknown, e.g. from a trace)
 
     @property
     def element_bytes(self) -> int:
@@ -113,7 +115,9 @@ def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:
     if shape.kv_cache_heads % tp and shape.attention != "mla":
         raise ConfigError(f"{shape.kv_cache_heads} KV heads do not split over tensor_parallel {tp}", file=file,
                           where=s.where("tensor_parallel"))
-    return Workload(name, description, shape, dtype, batch, tp, instances, contexts, steps, file or "<mapping>")
+    limit = preset.hf_config_dict().get("max_position_embeddings")
+    return Workload(name, description, shape, dtype, batch, tp, instances, contexts, steps, file or "<mapping>",
+                    int(limit) if limit else None)
 
 
 def workload_from_trace(path: str | Path) -> Workload:
