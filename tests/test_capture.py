@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+pytestmark = pytest.mark.component
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

@@ -23,6 +23,8 @@ from archsim.dram.commands import COMMAND_CODES
 from archsim.dram.spec import Organization, Timing
 from archsim.memory import CommandLog, Requests, replay
 
+pytestmark = pytest.mark.component
+
 # Two channels x 2 pseudo-channels x 2 ranks x 4 bank groups x 2 banks: every scope has a neighbour.
 ORG = Organization(stacks=1, channels=2, pseudo_channels=2, ranks=2, bankgroups=4, banks_per_group=2, rows=64,
                    columns=32, bus_width_bits=32, burst_length=8)

@@ -12,6 +12,8 @@ from archsim.energy import DEFAULT_TABLE, EnergyTable, energy_breakdown, energy_
 from archsim.errors import ConfigError
 from archsim.interconnect import Flow, Topology, simulate_flows
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 SCALE = (7 / 45) * (0.75 / 0.9) ** 2
 

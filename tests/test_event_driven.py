@@ -10,6 +10,8 @@ from archsim.controller.kernel import KernelVariant
 from archsim.memory import MemorySession, Requests, kernel_params, kernel_variant, mask_words, replay
 from tests.conftest import PRESETS, config
 
+pytestmark = pytest.mark.component
+
 VARIANTS = (
     (),
     ("memory.controller.scheduler=fcfs",),
