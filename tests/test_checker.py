@@ -327,6 +327,7 @@ def _build_trace(spec: dict[str, object], cfg: MemoryConfig,
 @pytest.mark.parametrize("policy", ROW_POLICIES)
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.slow  # every preset x scheduler x row policy x refresh mode, 8 generated traces each: 864 replays
 @settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=traces())
 def test_simulator_log_has_no_violations(preset: str, scheduler: str, policy: str, refresh: str,
