@@ -7,6 +7,8 @@ from archsim.dram.address_map import Decoded, mapping_from_string
 from archsim.errors import ConfigError
 from tests.conftest import PRESETS, config
 
+pytestmark = pytest.mark.unit
+
 SCHEMES = ("rorabgbachco", "rochrababgco", "RoBaRaCoCh", "ChRaBaRoCo", "rorabacobgpcch")
 
 

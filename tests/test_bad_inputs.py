@@ -17,6 +17,8 @@ from archsim.cli import main
 from archsim.trace.native import save_physical_trace
 from tests.conftest import DRAMSIM3_INI, REPO
 
+pytestmark = pytest.mark.system
+
 HBM2 = str(REPO / "configs" / "memory" / "hbm2.yaml")
 HBM3 = str(REPO / "configs" / "memory" / "hbm3.yaml")
 SMALL = ["--workload", "llama2-7b-b1", "--contexts", "4K", "--quiet"]

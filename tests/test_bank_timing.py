@@ -11,6 +11,8 @@ from archsim.controller.codes import ACT, FAW_ACTS, NCMD
 from archsim.dram.commands import COMMAND_NAMES
 from archsim.dram.timing_table import N_LEVELS, RULES, compile_timing_table
 
+pytestmark = pytest.mark.unit
+
 PRESETS = ["HBM2", "HBM3", "HBM3E"]
 
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+pytestmark = [pytest.mark.component, pytest.mark.slow]  # builds and runs real torch models: about 28 s here
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

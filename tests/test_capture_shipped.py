@@ -17,6 +17,8 @@ from archsim.trace.logical import LogicalTrace, is_logical_trace
 from archsim.trace.mapping import PoolPlacement, map_trace
 from archsim.workloads import chat_trace
 
+pytestmark = pytest.mark.unit
+
 TRACES = Path(__file__).resolve().parent.parent / "traces"
 SHIPPED = sorted(p for p in TRACES.glob("*.npz") if is_logical_trace(p))
 

@@ -23,6 +23,8 @@ from archsim.dram.commands import COMMAND_CODES
 from archsim.dram.spec import Organization, Timing
 from archsim.memory import CommandLog, Requests, replay
 
+pytestmark = pytest.mark.component
+
 # Two channels x 2 pseudo-channels x 2 ranks x 4 bank groups x 2 banks: every scope has a neighbour.
 ORG = Organization(stacks=1, channels=2, pseudo_channels=2, ranks=2, bankgroups=4, banks_per_group=2, rows=64,
                    columns=32, bus_width_bits=32, burst_length=8)
@@ -325,6 +327,7 @@ def _build_trace(spec: dict[str, object], cfg: MemoryConfig,
 @pytest.mark.parametrize("policy", ROW_POLICIES)
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
 @pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.slow  # every preset x scheduler x row policy x refresh mode, 8 generated traces each: 864 replays
 @settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=traces())
 def test_simulator_log_has_no_violations(preset: str, scheduler: str, policy: str, refresh: str,

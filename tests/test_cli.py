@@ -13,6 +13,8 @@ from archsim.trace.native import save_physical_trace
 from archsim.trace.text_formats import write_dramsim3
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system
+
 CONTRACT = ["sim.requests", "sim.cycles", "sim.wall_s", "sim.requests_per_s", "memory.bandwidth_GBps",
             "memory.peak_bandwidth_GBps", "memory.read_latency_cycles.mean", "memory.read_latency_cycles.p50",
             "memory.read_latency_cycles.p99", "memory.read_latency_ns.mean", "memory.read_latency_ns.p50",

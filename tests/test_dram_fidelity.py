@@ -8,6 +8,8 @@ from archsim.dram.address_map import Decoded
 from archsim.dram.spec import peak_bandwidth_GBps
 from tests.conftest import PRESETS, config, run
 
+pytestmark = pytest.mark.component
+
 
 def _address(cfg, *, channel=0, bank=0, row=0, column=0):
     d = Decoded(*(np.array([v], dtype=np.int64) for v in (channel, 0, 0, 0, bank, row, column)))

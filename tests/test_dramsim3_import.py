@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -13,6 +14,8 @@ from archsim.dram.commands import COMMAND_CODES
 from archsim.memory import MemorySession, Requests, replay
 from archsim.trace.text_formats import write_dramsim3
 from tests.conftest import config
+
+pytestmark = pytest.mark.component
 
 
 def test_import_matches_dramsim3_reading(tmp_path, dramsim3_ini):

@@ -17,6 +17,8 @@ from archsim.memory import Requests, replay
 from archsim.report.memory_stats import memory_stats
 from scripts.compare_dramsim3 import BANDWIDTH_TOLERANCE, LATENCY_TOLERANCE, suite
 
+pytestmark = pytest.mark.component
+
 REFERENCE = json.loads((Path(__file__).parent / "data" / "dramsim3_hbm2_reference.json").read_text())
 
 

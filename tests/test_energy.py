@@ -12,6 +12,8 @@ from archsim.errors import ConfigError
 from archsim.interconnect import Flow, Topology, simulate_flows
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.unit
+
 SCALE = (7 / 45) * (0.75 / 0.9) ** 2
 
 

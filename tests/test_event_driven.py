@@ -10,6 +10,8 @@ from archsim.controller.kernel import KernelVariant
 from archsim.memory import MemorySession, Requests, kernel_params, kernel_variant, mask_words, replay
 from tests.conftest import PRESETS, config
 
+pytestmark = pytest.mark.component
+
 VARIANTS = (
     (),
     ("memory.controller.scheduler=fcfs",),
@@ -80,6 +82,7 @@ def test_full_bank_queues_do_not_wake_the_channel_every_cycle():
     assert np.array_equal(session.done_cycle, slow.done_cycle)
 
 
+@pytest.mark.slow  # the only test of the plain kernel that reads its shape: a compile of its own (323 s cold here)
 def test_more_than_64_banks_per_pseudo_channel():
     """Active-bank masks span several 64-bit words: banks past the first word are scheduled too."""
     from archsim.dram.checker import check_command_log

@@ -19,6 +19,8 @@ from archsim.workloads import (
     reasoning_trace,
 )
 
+pytestmark = pytest.mark.unit
+
 # Published parameter counts (model cards / safetensors index): the generator's weight bytes must agree.
 PUBLISHED_PARAMETERS = {"llama-3.1-8b": 8_030_261_248, "llama-2-7b": 6_738_415_616, "qwen2.5-7b": 7_615_616_512}
 

@@ -11,6 +11,8 @@ import pytest
 
 from scripts.make_golden import DIGESTS, cases, digest, golden_text, replay_case
 
+pytestmark = pytest.mark.component
+
 GOLDEN_SHA256 = "887c8952dfa0052154806849ca57d3b566784842373b86b316eb791574691839"
 
 CASES = cases()

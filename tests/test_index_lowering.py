@@ -17,6 +17,8 @@ from archsim.controller.codes import BANK_COLUMNS, FLAT_ARRAYS, NCMD
 from archsim.controller.index_lowering import kernel_helper, lowered_code, with_lowered_indexing
 from archsim.memory import MemorySession, _kernel_state, mask_words
 
+pytestmark = pytest.mark.unit
+
 ROW = 1  # a module constant: left as it is, like the kernel's codes
 
 

@@ -9,6 +9,8 @@ import pytest
 from archsim.errors import ConfigError
 from archsim.interconnect import Flow, Topology, allocate, max_min_rates, simulate_flows
 
+pytestmark = pytest.mark.unit
+
 PRESETS = ("cxl2_switch", "cxl3_switch", "scaleup_g15", "pcie5_host", "rdma_pool", "nvme")
 
 

@@ -14,6 +14,8 @@ from archsim.isa import KERNELS_DIR, Instruction, assemble_file, assemble_text, 
 from archsim.isa.cli import isa
 from archsim.isa.program import program_to_bytes, read_program
 
+pytestmark = pytest.mark.unit
+
 TABLE = load_table()
 KV = TABLE.enums["kv_dtype"]
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from archsim.isa import load_table
 from archsim.isa.doc import render_isa_markdown
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 
 def test_isa_doc_is_up_to_date() -> None:

@@ -12,6 +12,8 @@ from archsim.isa import Instruction, assemble_text, decode_word, disassemble, en
 from archsim.isa.program import Program, program_from_bytes, program_to_bytes, read_program, write_program
 from archsim.isa.table import OpcodeSpec
 
+pytestmark = pytest.mark.unit
+
 TABLE = load_table()
 NON_LOOP_OPS = [op for op in TABLE.opcodes if not any(o.kind == "label" for o in op.operands)]
 LOOP_OPS = [op for op in TABLE.opcodes if any(o.kind == "label" for o in op.operands)]

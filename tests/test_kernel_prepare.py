@@ -5,11 +5,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from archsim.config.memory import memory_config_from_preset
 from archsim.memory import Requests, kernel_params, kernel_variant, replay
 from archsim.report.memory_stats import memory_stats
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.component
 
 
 def test_a_replay_prepares_only_its_own_variant_and_reports_how():

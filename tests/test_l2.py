@@ -8,6 +8,8 @@ import pytest
 from archsim.cache import HIT, MERGE, MISS, l2_config_from_mapping, simulate_l2
 from archsim.errors import ConfigError
 
+pytestmark = pytest.mark.component
+
 LINE = 64
 SPACED = 1000  # arrival spacing far above hit + memory latency: every fill returns before the next access
 

@@ -17,6 +17,8 @@ from archsim.trace import logical
 from archsim.trace.logical import COLUMN_NAMES, KINDS, LogicalTrace, LogicalTraceWriter, write_logical_trace
 from archsim.workloads import chat_trace
 
+pytestmark = pytest.mark.unit
+
 HEADER = {"source": "test", "model": {"name": "unit"}, "dtype": "bfloat16"}
 
 

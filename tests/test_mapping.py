@@ -23,7 +23,8 @@ from archsim.trace.mapping import (
     map_trace,
 )
 from archsim.workloads import chat_trace, decode_trace, reasoning_trace
-from tests.conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 SMALL = {"channels_per_device": 4, "capacity_per_device_bytes": 1 << 24, "kv_block_tokens": 4}
 
@@ -264,29 +265,3 @@ def test_convert_errors_are_one_line_and_write_nothing(trace_file: Path, tmp_pat
         assert result.exit_code == 2, (args, result.output)
         assert result.output.count("\n") == 1 and result.output.startswith("archsim: error:")
     assert not out.exists()
-
-
-def test_captured_trace_replays_through_the_dram_model(tmp_path: Path) -> None:
-    """End to end: shipped capture -> mapping -> native physical trace -> `archsim replay` on HBM3."""
-    repo = REPO
-    memory = repo / "configs" / "memory" / "hbm3.yaml"
-    logical_path = repo / "traces" / "tiny-llama_chat.npz"
-    if not memory.is_file() or not logical_path.is_file():
-        pytest.skip("HBM3 memory config or shipped trace missing")
-    runner = CliRunner()
-    physical = tmp_path / "p.npz"
-    result = runner.invoke(main, ["trace", "convert", str(logical_path), "--to", "native", "-o", str(physical),
-                                  "--capacity", "16GiB", "--channels", "32"])
-    assert result.exit_code == 0, result.output
-    stats_path = tmp_path / "stats.json"
-    result = runner.invoke(main, ["replay", str(physical), "--memory", str(memory), "--quiet",
-                                  "--json", str(stats_path)])
-    assert result.exit_code == 0, result.output
-    import json
-
-    stats = json.loads(stats_path.read_text())["memory"]
-    with LogicalTrace(logical_path) as trace:
-        cols = trace.read()
-    kv = (cols["kind"] == KIND_K) | (cols["kind"] == KIND_V)
-    assert stats["reads"] * 32 == int(cols["bytes"][kv & (cols["op"] == OP_READ)].sum())
-    assert stats["writes"] * 32 == int(cols["bytes"][kv & (cols["op"] == OP_WRITE)].sum())

@@ -8,6 +8,8 @@ from archsim.dram import analytic
 from archsim.memory import MemorySession, Requests, replay
 from tests.conftest import config
 
+pytestmark = pytest.mark.component
+
 
 def test_dependent_chain_costs_one_unloaded_latency_per_link():
     cfg = config("HBM3", "memory.controller.refresh=none")

@@ -20,6 +20,8 @@ from archsim.errors import ArchsimError
 from archsim.outputs import OutputPlan
 from tests.conftest import DRAMSIM3_INI, REPO
 
+pytestmark = pytest.mark.system
+
 KERNELS = REPO / "isa" / "kernels"
 OUTPUT_PARAMS = {"output", "json_path", "plot_path"}  # the parameter names of file outputs
 HAVE_TORCH = importlib.util.find_spec("torch") is not None

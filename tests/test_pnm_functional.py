@@ -27,6 +27,8 @@ from archsim.pnm import (
 )
 from archsim.pnm.semantics import HANDLERS
 
+pytestmark = pytest.mark.component
+
 TABLE = load_table()
 # Max abs error vs the float64 reference on the dequantized cache (isa/README.md, "Accuracy").
 DATAPATH_TOLERANCE = {"fp16": 2e-3, "bf16": 2e-3, "fp8e4m3": 1e-4, "int8": 1e-4}

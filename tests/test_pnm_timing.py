@@ -24,6 +24,8 @@ from archsim.pnm.unit_config import ClockRatio, device_layout, load_pnm_config
 from archsim.report.memory_stats import flatten
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.component
+
 GQA = REPO / "isa" / "kernels" / "gqa_decode.s"
 HBM3 = REPO / "configs" / "memory" / "hbm3.yaml"
 DEFAULT_SHAPE = "heads=32,kv_heads=8,head_dim=128,context=8192,batch=1"

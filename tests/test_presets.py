@@ -5,6 +5,8 @@ import pytest
 from archsim.dram.spec import peak_bandwidth_per_stack_GBps
 from tests.conftest import PRESETS, config
 
+pytestmark = pytest.mark.unit
+
 EXPECTED = {
     # preset: (capacity per stack GiB, peak GB/s per stack, tCK ns, access bytes, tFAW cycles, tRFC cycles)
     "HBM2": (8, 256.0, 1.0, 64, 30, 260),

@@ -9,6 +9,8 @@ from archsim.memory import Requests, replay
 from archsim.report.memory_stats import memory_stats
 from tests.conftest import config
 
+pytestmark = pytest.mark.component
+
 
 def _contention(cfg, n=20_000, seed=4):
     """Host and PNM each stream random reads at full rate into the same channels."""

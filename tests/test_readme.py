@@ -4,10 +4,13 @@ import json
 import re
 import shlex
 
+import pytest
 from click.testing import CliRunner
 
 from archsim.cli import main
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.system
 
 
 def _quick_start() -> list[str]:

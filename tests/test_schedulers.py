@@ -1,10 +1,13 @@
 """Scheduler orders: FR-FCFS serves the oldest ready request, round-robin gives the banks turns."""
 
 import numpy as np
+import pytest
 
 from archsim.dram.address_map import Decoded
 from archsim.dram.commands import COMMAND_CODES
 from tests.conftest import config, run
+
+pytestmark = pytest.mark.component
 
 
 def _address(cfg, *, bank: int, column: int) -> int:

@@ -4,8 +4,12 @@ import importlib
 import sys
 import textwrap
 
+import pytest
+
 from archsim.controller import index_lowering, kernel
 from archsim.controller.source_digest import inlined_sources, source_digest
+
+pytestmark = pytest.mark.unit
 
 
 def _write_modules(tmp_path, helper_body: str, limit: int) -> None:

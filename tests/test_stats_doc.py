@@ -1,10 +1,13 @@
 """Every stat carries a unit and a description, and docs/stats.md is generated from that table."""
 
 import numpy as np
+import pytest
 
 from archsim.report.memory_stats import STAT_DOCS, doc_key, flatten, memory_stats
 from scripts.gen_stats_doc import render
 from tests.conftest import REPO, config, run
+
+pytestmark = pytest.mark.component
 
 
 def test_docs_are_current():

@@ -13,6 +13,8 @@ from archsim.system import load_system_config, load_workload, simulate_step, sys
 from archsim.system.kvstream import kv_geometry
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system
+
 CONTEXTS = (4096, 32768, 131072)
 
 

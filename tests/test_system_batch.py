@@ -9,6 +9,8 @@ import pytest
 
 from archsim.system import load_system_config, load_workload, simulate_step
 
+pytestmark = pytest.mark.system
+
 POOL_SYSTEMS = ("g25", "g15", "g25-nopnm", "g15-nopnm", "g25-qos")
 # per-sequence rise allowed from one batch to the next: a range that newly straddles two head contexts costs its
 # PNM unit one more chunk prologue (the fitted fixed cost, ~550 ns a layer: 0.2-1.2 % of a sequence's share), and

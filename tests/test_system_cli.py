@@ -15,6 +15,8 @@ from archsim.system.cli import compare, simulate
 from archsim.system.report import CONTRACT
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system
+
 
 @click.group(cls=_Group)
 def cli() -> None:

@@ -7,8 +7,11 @@ import copy
 import pytest
 import yaml
 
+from archsim.models import load_preset
 from archsim.system import load_system_config, load_workload, simulate_step, system_config_from_mapping
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.system
 
 SYSTEMS = sorted(p.stem for p in (REPO / "configs/systems").glob("*.yaml"))
 WORKLOADS = sorted(p.stem for p in (REPO / "configs/workloads").glob("*.yaml"))
@@ -32,8 +35,12 @@ def test_system_preset_runs_a_decode_step(name):
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_workload_preset_loads_with_its_shape(name):
     w = load_workload(name)
+    spec = yaml.safe_load((REPO / "configs/workloads" / f"{name}.yaml").read_text())["workload"]
+    preset = load_preset(spec["model"]).shape()  # the shape comes from the model preset, cut by `layers` if set
+    assert w.shape.num_layers == spec.get("layers", preset.num_layers)
+    assert w.shape.hidden_size == preset.hidden_size and w.shape.kv_cache_heads == preset.kv_cache_heads
     assert w.batch >= 1 and w.contexts and all(c >= 4096 for c in w.contexts)
-    assert w.shape.num_layers in (32, 80) and w.decode_steps == 64
+    assert w.decode_steps == 64
     assert w.instances_on(8, None) * w.tensor_parallel <= 8
 
 

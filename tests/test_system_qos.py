@@ -14,6 +14,8 @@ from archsim.system.kvstream import channel_share, channel_stream, kv_geometry
 from archsim.system.qos import jain_index, parse_qos, qos_memory, run_study
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system
+
 QOS = yaml.safe_load((REPO / "configs/systems/g25-qos.yaml").read_text())
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from archsim.system import load_system_config, load_workload
 from archsim.system.report import run_comparison
 from archsim.system.results_doc import DOC, SYSTEMS, WORKLOAD, comparison_table
+
+pytestmark = pytest.mark.system
 
 
 def test_results_doc_table_matches_the_simulator():

@@ -23,6 +23,8 @@ from archsim.system.kvstream import (
 )
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system
+
 BASE = yaml.safe_load((REPO / "configs/systems/g25.yaml").read_text())
 # medium case: 2 layers of a Llama-2-7B-class model (32 KV heads), 1000 cached tokens, one HBM3E stack of 16
 # channels: 2 head contexts per channel per layer, 1.02 M requests in the full run

@@ -7,6 +7,8 @@ from archsim.errors import TraceError
 from archsim.trace import text_scan
 from archsim.trace.text_formats import _DRAMSIM3_OPS, _RAMULATOR_OPS, read_dramsim3, read_ramulator
 
+pytestmark = pytest.mark.unit
+
 
 def _reference_dramsim3(text: str):
     """The formats' definition, a line at a time (the reader before the scanner)."""

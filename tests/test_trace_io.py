@@ -5,6 +5,8 @@ from archsim.errors import TraceError
 from archsim.trace.native import load_physical_trace, save_physical_trace
 from archsim.trace.text_formats import detect_format, read_trace, write_dramsim3, write_ramulator
 
+pytestmark = pytest.mark.component
+
 
 def _stream(n=100):
     rng = np.random.default_rng(0)

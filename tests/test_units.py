@@ -3,6 +3,8 @@ import pytest
 from archsim.errors import ConfigError
 from archsim.units import ns_to_cycles, parse_cycles, parse_pin_rate_gbps, parse_size_bytes, parse_time_ns
 
+pytestmark = pytest.mark.unit
+
 
 def test_ns_to_cycles_rounds_up_never_down():
     assert ns_to_cycles(30.0, 0.625) == 48  # exact: no float noise may push it to 49
