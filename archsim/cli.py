@@ -139,12 +139,13 @@ def config_import_dramsim3(ini: str, output: str) -> None:
 
 def _register_subsystem_commands() -> None:
     """Commands that live with their subsystems (imported here so the layering stays: cli on top)."""
+    from archsim.gpu.cli import gpu
     from archsim.isa.cli import isa
     from archsim.pnm.cli import pnm
     from archsim.system.cli import compare, simulate
     from archsim.trace.cli_commands import capture, trace
 
-    for command in (compare, simulate, isa, pnm, capture, trace):
+    for command in (compare, simulate, isa, pnm, gpu, capture, trace):
         main.add_command(command)
 
 
