@@ -68,7 +68,7 @@ def test_replay_with_protocol_check(tmp_path, trace):
 
 def test_help_lists_every_command():
     result = CliRunner().invoke(main, ["--help"])
-    for command in ("replay", "config"):
+    for command in ("replay", "config", "gpu"):
         assert command in result.output
 
 

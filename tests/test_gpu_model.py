@@ -58,12 +58,16 @@ def test_duplicate_rows_are_averaged(calibration):
 
 
 def test_in_sample_layer_errors(h100, calibration):
-    """Every row within 20 % is the target; the rows beyond it are named in docs/gpu.md."""
+    """>= 90 % of rows within 15 % holds; every row within 20 % does not: docs/gpu.md names the 5 rows beyond."""
+    beyond = []
     for m in calibration[0]:
-        error = np.abs(layer_errors(h100, m))
-        assert np.mean(error <= 0.15) >= 0.90, m.name
-        assert np.median(error) <= 0.06, m.name
-        assert np.max(error) <= 0.30, m.name
+        error = layer_errors(h100, m)
+        assert np.mean(np.abs(error) <= 0.15) >= 0.95, m.name
+        assert np.median(np.abs(error)) <= 0.05, m.name
+        beyond += [(m.name, int(t), int(p)) for t, p in zip(m.tokens[np.abs(error) > 0.2], m.tp[np.abs(error) > 0.2],
+                                                            strict=True)]
+        assert np.max(np.abs(error)) <= 0.28, m.name
+    assert beyond == [("Llama-2-7b-hf.mlp", 1, 8)] + [("Llama-2-70b-hf.mlp", t, 8) for t in (536, 544, 552, 560)]
 
 
 def test_leave_one_model_out(h100, calibration):
