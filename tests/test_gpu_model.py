@@ -43,8 +43,8 @@ def test_preset_ships_with_its_data_and_stays_small(h100):
         assert path.is_file() and REPO in path.resolve().parents
         assert (path.parent / "LICENSE").read_text().count("MIT License") == 1
     assert (h100.sm_count, h100.peak_TFLOPS, h100.hbm_bandwidth_GBps) == (132, 989.4, 3350.0)
-    scalars = 3 + 6 + 6 + len(h100.allreduce.floor_ns) + 5
-    assert scalars <= 25
+    scalars = 3 + 7 + 6 + len(h100.allreduce.floor_ns) + 5
+    assert scalars == 24
 
 
 def test_duplicate_rows_are_averaged(calibration):
@@ -58,16 +58,12 @@ def test_duplicate_rows_are_averaged(calibration):
 
 
 def test_in_sample_layer_errors(h100, calibration):
-    """>= 90 % of rows within 15 % holds; every row within 20 % does not: docs/gpu.md names the 5 rows beyond."""
-    beyond = []
+    """Every row of both files within 20 % and at least 90 % within 15 % (layer_ns, the nine kernels)."""
     for m in calibration[0]:
-        error = layer_errors(h100, m)
-        assert np.mean(np.abs(error) <= 0.15) >= 0.95, m.name
-        assert np.median(np.abs(error)) <= 0.05, m.name
-        beyond += [(m.name, int(t), int(p)) for t, p in zip(m.tokens[np.abs(error) > 0.2], m.tp[np.abs(error) > 0.2],
-                                                            strict=True)]
-        assert np.max(np.abs(error)) <= 0.28, m.name
-    assert beyond == [("Llama-2-7b-hf.mlp", 1, 8)] + [("Llama-2-70b-hf.mlp", t, 8) for t in (536, 544, 552, 560)]
+        error = np.abs(layer_errors(h100, m))
+        assert np.max(error) <= 0.20, m.name
+        assert np.mean(error <= 0.15) >= 0.90, m.name
+        assert np.median(error) <= 0.05, m.name
 
 
 def test_leave_one_model_out(h100, calibration):

@@ -5,10 +5,12 @@ operands' bytes at the achieved HBM bandwidth and compute is tile and wave quant
 tile shape Mt x Nt (64/128/256 each way) the output needs ceil(M/Mt) ceil(N/Nt) tiles; too few tiles to fill
 the SMs are split along K (split-K, never below `split_k_min_depth`); the waves over the SMs each take one
 tile's FLOPs at the SM's share of peak times flops_efficiency / (1 + tile_overhead (1/Mt + 1/Nt)) (smaller
-tiles reuse less); the library is taken to pick the fastest tile. Element-wise kernels (norms, RoPE,
-activation, residual add): launch + max(bytes / achieved bandwidth, one row at the per-block rate), the
-latter being the floor of a one-block-per-token kernel. All-reduce of B bytes on n GPUs: a direct exchange
-for small buffers between few GPUs, else max(floor(n), alpha + 2 (n-1)/n B / bus bandwidth).
+tiles reuse less); the library is taken to pick the fastest tile; a CTA's serial walk over its K slice adds
+k_step_ns per element. Element-wise kernels (norms, RoPE, activation, residual add): launch + max(bytes /
+achieved bandwidth, one row at the per-block rate), the latter being the floor of a one-block-per-token
+kernel (norms, RoPE, activation; the residual add is a grid-stride kernel). All-reduce of B bytes on n
+GPUs: a direct exchange for small buffers between few GPUs, else max(floor(n), alpha + 2 (n-1)/n B / bus
+bandwidth).
 
 Every function takes scalars or numpy arrays of tokens (the fit evaluates all measured rows at once).
 docs/gpu.md gives the equations, the parameters' sources and the errors against the measurements.
@@ -68,13 +70,16 @@ def gemm_ns(m: object, n: int, k: int, gpu: GpuPreset, element_bytes: int = 2) -
             tile_ns = 2.0 * tile_m * tile_n * (k / splits) / sm_flops_per_ns
             compute = np.minimum(compute, waves * tile_ns * (1 + g.tile_overhead * (1 / tile_m + 1 / tile_n)))
     memory = (m_arr * k + k * n + m_arr * n) * element_bytes / (gpu.hbm_bandwidth_GBps * g.hbm_efficiency)
+    # a CTA walks its K slice serially (load, wait, multiply): a floor that split-K shortens (64 x 64 tiles)
+    small_tiles = np.ceil(m_arr / TILE_SIZES[0]) * np.ceil(n / TILE_SIZES[0])
+    k_slice = k / np.clip(np.floor(gpu.sm_count / small_tiles), 1, max(1, k // g.split_k_min_depth))
     p = g.overlap_exponent
-    total = g.launch_ns + (compute**p + memory**p) ** (1 / p)
+    total = g.launch_ns + g.k_step_ns * k_slice + (compute**p + memory**p) ** (1 / p)
     return float(total) if total.ndim == 0 else total
 
 
 def elementwise_ns(bytes_: object, row_elements: int, efficiency: float, gpu: GpuPreset) -> np.ndarray | float:
-    """A memory-bound kernel moving `bytes_` with one block per token row of `row_elements`."""
+    """A memory-bound kernel moving `bytes_`; `row_elements` > 0: one block per token row (0: grid-stride)."""
     e = gpu.elementwise
     streaming = np.asarray(bytes_, dtype=float) / (gpu.hbm_bandwidth_GBps * efficiency)
     total = e.launch_ns + np.maximum(streaming, row_elements / e.row_elements_per_ns)
@@ -108,7 +113,7 @@ def _kernel_times(split: LayerSplit, t: np.ndarray, gpu: GpuPreset) -> KernelTim
         mlp_up_proj=gemm_ns(t, split.up_width, h, gpu, e),
         mlp_act=elementwise_ns(act_tensors * t * split.ffn * e, split.ffn, ew.act_efficiency, gpu),
         mlp_down_proj=gemm_ns(t, h, split.ffn, gpu, e),
-        add=elementwise_ns(3 * t * h * e, h, ew.add_efficiency, gpu),  # read both operands, write the sum
+        add=elementwise_ns(3 * t * h * e, 0, ew.add_efficiency, gpu),  # read both operands, write the sum
     )
 
 

@@ -6,8 +6,8 @@ File layout (top-level key `gpu`; docs/gpu.md gives every value's source):
       name: h100
       description: one line
       datasheet: {sm_count: 132, peak_TFLOPS: 989.4, hbm_bandwidth: 3.35TB/s}
-      gemm: {launch: 6us, hbm_efficiency: 0.9, flops_efficiency: 0.97, tile_overhead: 22, overlap_exponent: 1.8,
-             split_k_min_depth: 256}
+      gemm: {launch: 5us, hbm_efficiency: 1.1, flops_efficiency: 0.98, tile_overhead: 22, overlap_exponent: 2,
+             split_k_min_depth: 256, k_step: 0.76ns}
       elementwise: {launch: 1.5us, row_elements_per_ns: 3.0, norm_efficiency: 0.39, rope_efficiency: 0.5,
                     act_efficiency: 0.56, add_efficiency: 1.17}
       allreduce: {floor: {2: 33us, 4: 39us, 8: 29us}, latency: 15us, bus_bandwidth: 640GB/s,
@@ -39,6 +39,7 @@ class GemmParams:
     tile_overhead: float  # elements: a Mt x Nt tile runs at flops_efficiency / (1 + overhead (1/Mt + 1/Nt))
     overlap_exponent: float  # time = (compute^p + memory^p)^(1/p): p large = perfect overlap, 1 = none
     split_k_min_depth: int  # split-K never cuts K below this many elements per slice
+    k_step_ns: float  # per element of a CTA's K slice: the serial load-wait-multiply walk
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,8 @@ def _datasheet(s: Section) -> dict[str, object]:
 
 def _gemm(s: Section) -> GemmParams:
     out = GemmParams(_time(s, "launch"), _positive(s, "hbm_efficiency"), _positive(s, "flops_efficiency"),
-                     s.float("tile_overhead"), _positive(s, "overlap_exponent"), s.int("split_k_min_depth", minimum=1))
+                     s.float("tile_overhead"), _positive(s, "overlap_exponent"), s.int("split_k_min_depth", minimum=1),
+                     _time(s, "k_step"))
     s.done()
     return out
 
