@@ -52,6 +52,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Run a model on a request scenario and write its logical (tensor-level) trace."),
     "compare": ("archsim.system.cli", "compare",
                 "Several systems side by side on one workload: a table, JSON and a plot per system and context."),
+    "gpu": ("archsim.gpu.cli", "gpu", "The calibrated GPU kernel model (see docs/gpu.md)."),
     "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
     "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
     "simulate": ("archsim.system.cli", "simulate",

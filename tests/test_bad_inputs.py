@@ -21,7 +21,7 @@ pytestmark = pytest.mark.system
 
 HBM2 = str(REPO / "configs" / "memory" / "hbm2.yaml")
 HBM3 = str(REPO / "configs" / "memory" / "hbm3.yaml")
-SMALL = ["--workload", "llama2-7b-b1", "--contexts", "4K", "--quiet"]
+SMALL = ["--workload", "llama3-8b-b1", "--contexts", "4K", "--quiet"]
 SHAPE = "heads=8,kv_heads=2,head_dim=128,context=256,batch=1"
 
 
@@ -39,7 +39,7 @@ def _files(tmp: Path) -> None:
     (tmp / "bin.s").write_bytes(b"    HALT\n\x00\x01\x02binary\n")
     shutil.copy(REPO / "isa" / "kernels" / "gqa_decode.s", tmp / "k.s")
     shutil.copy(REPO / "isa" / "kernels" / "common.inc", tmp / "common.inc")
-    workload = (REPO / "configs" / "workloads" / "llama2-7b-b1.yaml").read_text()
+    workload = (REPO / "configs" / "workloads" / "llama3-8b-b1.yaml").read_text()
     (tmp / "dupwork.yaml").write_text(workload + "\nworkload:\n  batch: 2\n")
     pnm = (REPO / "configs" / "pnm" / "default.yaml").read_text()
     (tmp / "duppnm.yaml").write_text(pnm + "\npnm:\n  memory: x.yaml\n")
@@ -61,7 +61,7 @@ CASES = [
     ("replay decreasing npz", ["replay", "{t}/dec.npz", "--memory", HBM2, "--json", "{t}/out.json"],
      ["dec.npz", "request 2"]),
     ("replay cycle 1e23", ["replay", "{t}/big.trace", "--memory", HBM2, "--json", "{t}/out.json"],
-     ["big.trace", "line 2", "9,223,372,036,854,775,807"]),
+     ["big.trace", "line 2", "4,611,686,018,427,387,903"]),
     ("replay queue 1e11", ["replay", "{t}/ok.trace", "--memory", "{t}/deep.yaml", "--json", "{t}/out.json"],
      ["deep.yaml", "memory.controller.read_queue_depth", "65,536"]),
     ("replay empty --set", ["replay", "{t}/ok.trace", "--memory", HBM2, "--set", "", "--json", "{t}/out.json"],
@@ -84,9 +84,9 @@ CASES = [
     ("import binary ini", ["config", "import-dramsim3", "{t}/bad.ini", "-o", "{t}/out.yaml"], ["bad.ini", "binary"]),
     ("import loop", ["config", "import-dramsim3", "{t}/loop.a", "-o", "{t}/out.yaml"], ["loop.a", "loop"]),
     # compare / simulate
-    ("compare empty contexts", ["compare", "gpu-hbm", "--workload", "llama2-7b-b1", "--contexts", "", "--json",
+    ("compare empty contexts", ["compare", "gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "", "--json",
                                 "{t}/out.json"], ["--contexts", "empty"]),
-    ("compare empty context part", ["compare", "gpu-hbm", "--workload", "llama2-7b-b1", "--contexts", "4K,,32K",
+    ("compare empty context part", ["compare", "gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K,,32K",
                                     "--json", "{t}/out.json"], ["--contexts", "4K,,32K"]),
     ("compare workload dup key", ["compare", "gpu-hbm", "--workload", "{t}/dupwork.yaml", "--json", "{t}/out.json"],
      ["dupwork.yaml", "workload", "given twice"]),
@@ -124,7 +124,7 @@ CASES = [
     ("convert loop", ["trace", "convert", "{t}/loop.a", "--to", "native", "-o", "{t}/out.npz"], ["loop.a", "loop"]),
     ("convert interval overflow", ["trace", "convert", str(REPO / "traces" / "tiny-llama_chat.npz"), "--to", "native",
                                    "--issue-interval", str(2**62), "-o", "{t}/out.npz"],
-     ["--issue-interval", "9,223,372,036,854,775,807"]),
+     ["--issue-interval", "4,611,686,018,427,387,903"]),
     ("generate batch 1e11", ["trace", "generate", "--model", "tiny-llama", "--workload", "decode", "--batch",
                              "100000000000", "-o", "{t}/out.npz"], ["batch", "2,147,483,647"]),
     ("generate empty model", ["trace", "generate", "--model", "", "--workload", "decode", "-o", "{t}/out.npz"],

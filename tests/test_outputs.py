@@ -56,7 +56,8 @@ def _pnm(tmp: Path, out: str) -> list[str]:
             "--json", out]
 
 
-SMALL_SYSTEM = ["gpu-hbm", "--workload", "llama2-7b-b1", "--contexts", "4K", "--quiet"]
+GPU_SHAPE = "hidden=4096,heads=32,kv_heads=8,ffn=14336"
+SMALL_SYSTEM = ["gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K", "--quiet"]
 COMMANDS = [
     Command("replay --json", lambda t, o: ["replay", str(t / "t.trace"), "--memory", str(t / "hbm2.yaml"),
                                            "--quiet", "--json", o], "t.trace", ".json"),
@@ -72,6 +73,8 @@ COMMANDS = [
     Command("isa asm -o", lambda t, o: ["isa", "asm", str(t / "k.s"), "-o", o], "k.s", ".bin"),
     Command("isa disasm -o", lambda t, o: ["isa", "disasm", str(t / "k.bin"), "-o", o], "k.bin", ".s"),
     Command("pnm run --json", _pnm, "k.s", ".json"),
+    Command("gpu predict --json", lambda t, o: ["gpu", "predict", "--shape", GPU_SHAPE, "--tokens", "1,16", "--tp",
+                                                "1,2", "--json", o], None, ".json"),
 ]
 if HAVE_TORCH:
     COMMANDS.append(Command("capture -o", lambda t, o: ["capture", "--model", "tiny-llama", "--prompt-tokens", "4",
@@ -98,7 +101,9 @@ def _files(tmp: Path) -> dict[str, bytes]:
 
 
 def _leaf_commands(group: click.Group, prefix: tuple[str, ...] = ()):  # noqa: ANN202 - an iterator
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the lazily loaded commands too
+        command = group.get_command(ctx, name)
         if isinstance(command, click.Group):
             yield from _leaf_commands(command, (*prefix, name))
         else:
@@ -245,5 +250,5 @@ def test_json_outputs_name_shipped_files_by_repository_path(tmp_path: Path) -> N
     out = tmp_path / "c.json"
     assert _invoke(["compare", *SMALL_SYSTEM, "--json", str(out)]).exit_code == 0
     text = out.read_text()
-    assert '"configs/systems/gpu-hbm.yaml"' in text and '"configs/workloads/llama2-7b-b1.yaml"' in text
+    assert '"configs/systems/gpu-hbm.yaml"' in text and '"configs/workloads/llama3-8b-b1.yaml"' in text
     assert str(REPO) not in text

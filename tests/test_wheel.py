@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 # numba's in-tree cache lies beside the installed modules (site-packages is writable in a venv); a read-only
 # install falls back to numba's user-wide cache directory by itself, so NUMBA_CACHE_DIR is not set here
 TIMEOUT_S = 3600
@@ -69,7 +69,7 @@ def test_the_installed_wheel_runs_compare_pnm_and_replay_outside_the_repository(
     data = package / "_data"
     archsim = str(bin_dir / "archsim")
     commands = [
-        [archsim, "compare", "g25", "gpu-hbm", "--workload", "llama2-7b-b1", "--contexts", "4K", "--quiet",
+        [archsim, "compare", "g25", "gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K", "--quiet",
          "--json", "compare.json"],
         [archsim, "pnm", "run", "--kernel", str(data / "isa/kernels/gqa_decode.s"), "--shape",
          "heads=8,kv_heads=2,head_dim=128,context=512,batch=1", "--units", "4", "--quiet", "--json", "pnm.json"],

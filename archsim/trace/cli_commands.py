@@ -265,7 +265,7 @@ def trace_convert(
     last_request = max(len(streams.timestamp_cycles) - 1, 0)
     if issue_interval_cycles * last_request > MAX_CYCLE:
         raise ConfigError(f"{issue_interval_cycles:,} cycles x {last_request:,} requests pass the largest timestamp "
-                          f"({MAX_CYCLE:,}, int64)", where="--issue-interval")
+                          f"the simulator can hold ({MAX_CYCLE:,})", where="--issue-interval")
     if device_choice == "all":
         address, mask = streams.flat_address(), slice(None)
     else:
