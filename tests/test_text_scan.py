@@ -93,7 +93,7 @@ def test_the_scanner_reports_the_first_decreasing_cycle():
     table, lengths, codes = text_scan.op_table(_DRAMSIM3_OPS)
     data = b"0x0 READ 5\n# c\n0x40 READ 7\n0x80 READ 6\n0xc0 READ 2\n"
     buf = np.frombuffer(data, dtype=np.uint8)
-    state = np.zeros(5, dtype=np.int64)
+    state = np.zeros(6, dtype=np.int64)
     out = (np.empty(8, np.uint64), np.empty(8, np.uint8), np.empty(8, np.int64))
     assert text_scan.scan(buf, len(data), True, table, lengths, codes, state, *out) == 4
     assert state[text_scan.ST_DECREASE] == 4 and state[text_scan.ST_LINE] == 5

@@ -12,6 +12,7 @@ Blank lines and lines starting with `#` are skipped. A line that does not parse 
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -92,9 +93,11 @@ def _raise_for_line(path: Path, lineno: int, dramsim3: bool) -> None:
 def _read_text(path: str | Path, fmt: str) -> PhysicalTrace:
     path = Path(path)
     dramsim3 = fmt == "dramsim3"
-    with _open(path) as handle, progress_bar(path.stat().st_size, "B", f"parse {path.name}") as bar:
-        address, is_write, cycle, state = scan_file(handle, dramsim3, _DRAMSIM3_OPS if dramsim3 else _RAMULATOR_OPS,
-                                                    bar)
+    with _open(path) as handle:
+        size_bytes = os.fstat(handle.fileno()).st_size
+        with progress_bar(size_bytes, "B", f"parse {path.name}") as bar:
+            address, is_write, cycle, state = scan_file(handle, dramsim3,
+                                                        _DRAMSIM3_OPS if dramsim3 else _RAMULATOR_OPS, size_bytes, bar)
     if state[ST_ERROR]:
         _raise_for_line(path, int(state[ST_ERROR]), dramsim3)
     if not address.size:

@@ -20,9 +20,10 @@ from numba import njit
 # cycles at or above this cannot be simulated (the kernel's INF is 2^62)
 MAX_CYCLE = (1 << 62) - 1
 CHUNK_BYTES = 1 << 26
+PART_REQUESTS = 1 << 22  # requests scanned into one set of arrays
 
 # scanner state slots
-ST_LINE, ST_PREV, ST_DECREASE, ST_ERROR, ST_ERROR_KIND = range(5)
+ST_LINE, ST_PREV, ST_DECREASE, ST_ERROR, ST_ERROR_KIND, ST_POS = range(6)
 ERR_NONE, ERR_SYNTAX, ERR_ADDRESS_WIDTH, ERR_CYCLE_RANGE = range(4)
 
 
@@ -45,15 +46,17 @@ for _k, _c in enumerate(b"ABCDEF"):
 
 @njit(cache=True)
 def scan(buf, end, dramsim3, table, lengths, codes, state, address, is_write, cycle):  # noqa: C901 - one pass
-    """Parse the complete lines of buf[:end] into the arrays from index 0; return how many requests. Stops at
-    the first bad line (state[ST_ERROR] = its number, state[ST_ERROR_KIND] = why); state[ST_LINE] counts the
+    """Parse the complete lines of buf[state[ST_POS]:end] into the arrays from index 0, until they are full;
+    return how many requests (state[ST_POS]: where it stopped). Stops at the first bad line (state[ST_ERROR]
+    = its number, state[ST_ERROR_KIND] = why); state[ST_LINE] counts the
     lines before `buf`, state[ST_PREV] and state[ST_DECREASE] track the first line whose cycle decreases.
     One pass over the bytes, no calls: a call per token cost ten times the parse."""
     n = 0
-    i = 0
+    i = state[ST_POS]
     line = state[ST_LINE]
+    capacity = address.shape[0]
     limit10 = MAX_CYCLE // 10
-    while i < end:
+    while i < end and n < capacity:
         line += 1
         while buf[i] == 32 or buf[i] == 9 or buf[i] == 13:
             i += 1
@@ -138,41 +141,70 @@ def scan(buf, end, dramsim3, table, lengths, codes, state, address, is_write, cy
         cycle[n] = t
         n += 1
     state[ST_LINE] = line
+    state[ST_POS] = i
     return n
 
 
-def scan_file(handle, dramsim3: bool, ops: dict[str, int],
+class _Requests:
+    """The scanned requests: arrays sized from the file's length and the bytes per request seen so far (so the
+    requests are written once, not gathered and copied), grown by half when a file holds more."""
+
+    def __init__(self, capacity: int) -> None:
+        self.arrays = (np.empty(capacity, np.uint64), np.empty(capacity, np.uint8), np.empty(capacity, np.int64))
+        self.n = 0
+
+    def room(self, at_least: int) -> tuple[np.ndarray, ...]:
+        if self.arrays[0].shape[0] - self.n < at_least:
+            capacity = max(self.n + at_least, self.arrays[0].shape[0] * 3 // 2)
+            grown = tuple(np.empty(capacity, a.dtype) for a in self.arrays)
+            for new, old in zip(grown, self.arrays, strict=True):
+                new[:self.n] = old[:self.n]
+            self.arrays = grown
+        return tuple(a[self.n:] for a in self.arrays)
+
+    def result(self) -> tuple[np.ndarray, ...]:
+        return tuple(a[:self.n] for a in self.arrays)
+
+
+def scan_file(handle, dramsim3: bool, ops: dict[str, int], size_bytes: int,
               bar: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Scan an open binary file chunk by chunk; the request arrays and the scanner state. `bar` (a progress bar
-    in bytes) is advanced per chunk."""
+    """Scan an open binary file of `size_bytes` chunk by chunk; the request arrays and the scanner state. `bar`
+    (a progress bar in bytes) is advanced per chunk. The text in memory is one chunk."""
     table, lengths, codes = op_table(ops)
-    state = np.zeros(5, dtype=np.int64)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    carry = b""
+    state = np.zeros(6, dtype=np.int64)
+    requests = _Requests(min(PART_REQUESTS, size_bytes // 4 + 1))
+    data = bytearray(CHUNK_BYTES + 1)
+    held = 0  # bytes of an incomplete last line kept at the front of `data`
+    done_bytes = 0
     while True:
-        block = handle.read(CHUNK_BYTES)
+        if len(data) < held + CHUNK_BYTES + 1:
+            data.extend(bytes(held + CHUNK_BYTES + 1 - len(data)))  # a line longer than a chunk
+        got = handle.readinto(memoryview(data)[held:held + CHUNK_BYTES])
         if bar is not None:
-            bar.update(len(block))
-        data = carry + block
-        if not data:
+            bar.update(got)
+        size = held + got
+        if size == 0:
             break
-        if block:
-            cut = data.rfind(b"\n") + 1  # complete lines only; the rest waits for the next block
+        if got:
+            cut = data.rfind(b"\n", 0, size) + 1  # complete lines only; the rest waits for the next chunk
             if cut == 0:
-                carry = data
+                held = size
                 continue
         else:
-            cut = len(data)  # the file's last line, without a newline
-            data += b"\n"
+            data[size] = 10  # the file's last line, without a newline
+            cut = size + 1
         buf = np.frombuffer(data, dtype=np.uint8)
-        lines = int(np.count_nonzero(buf[:cut] == 10)) + 1
-        address = np.empty(lines, dtype=np.uint64)
-        is_write = np.empty(lines, dtype=np.uint8)
-        cycle = np.empty(lines, dtype=np.int64)
-        n = scan(buf, cut if block else len(data), dramsim3, table, lengths, codes, state, address, is_write, cycle)
-        parts.append((address[:n], is_write[:n], cycle[:n]))
-        if state[ST_ERROR] or not block:
+        state[ST_POS] = 0
+        while state[ST_POS] < cut and not state[ST_ERROR]:
+            seen = done_bytes + int(state[ST_POS])
+            left = size_bytes - seen
+            per_request = seen / requests.n if requests.n else 16.0
+            out = requests.room(min(PART_REQUESTS, int(left / per_request * 1.02) + 1024))
+            requests.n += scan(buf, cut, dramsim3, table, lengths, codes, state, *out)
+        del buf  # `data` is resized and refilled below: no view of it may stay
+        done_bytes += cut
+        if state[ST_ERROR] or not got:
             break
-        carry = data[cut:]
-    join = [np.concatenate([p[k] for p in parts]) if parts else np.empty(0) for k in range(3)]
-    return join[0].astype(np.uint64), join[1].astype(np.uint8), join[2].astype(np.int64), state
+        held = size - cut
+        data[:held] = data[cut:size]
+    return (*requests.result(), state)
