@@ -443,13 +443,13 @@ def describe_variant(cfg: MemoryConfig, variant: KernelVariant) -> str:
 
 def prepare_kernel(variant: KernelVariant, args: tuple, what: str) -> str:
     """Compile `variant` for the types of `args` (a session's kernel arguments) or load it from numba's cache;
-    "hit" or "miss". A compile says so on stderr when that is a terminal, once per variant: it takes a minute."""
+    "hit" or "miss". A compile says so on stderr when that is a terminal, once per variant: it takes minutes."""
     import numba
 
     dispatcher = compiled_kernel(variant)
     if not _on_disk(dispatcher) and sys.stderr.isatty():
-        print(f"archsim: compiling the memory kernel for {what}: first run only, about a minute; later runs load "
-              f"it from numba's cache", file=sys.stderr, flush=True)
+        print(f"archsim: compiling the memory kernel for {what}: first run only, 1-3 minutes on 2 cores; "
+              f"later runs load it from numba's cache", file=sys.stderr, flush=True)
     dispatcher.compile(tuple(numba.typeof(a) for a in args))
     outcome = "hit" if sum(dispatcher.stats.cache_hits.values()) else "miss"
     _PREPARED[variant] = outcome
