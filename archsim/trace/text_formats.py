@@ -18,17 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from archsim.errors import EMPTY_TRACE, TraceError
-from archsim.inputs import check_input, read_text_input
+from archsim.inputs import check_input
 from archsim.progress import progress_bar
 from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
-from archsim.trace.text_scan import MAX_CYCLE, ST_ERROR, scan_file
+from archsim.trace.text_scan import MAX_CYCLE, ST_DECREASE, ST_ERROR, scan_file
 
 FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
 # DRAMSim3 reads these spellings (its common.cc); P_MEM_WR and BOFF are writes there too
 _DRAMSIM3_OPS = {"READ": 0, "WRITE": 1, "read": 0, "write": 1, "P_MEM_RD": 0, "P_FETCH": 0, "P_MEM_WR": 1,
                  "BOFF": 1}
 _RAMULATOR_OPS = {"LD": 0, "ST": 1}
-# timestamps are int64 columns
 # auto-detection reads no more than this of a file's head
 _DETECT_BYTES = 4096
 
@@ -39,10 +38,6 @@ def _open(path: Path):  # noqa: ANN202 - a binary file
         return open(checked, "rb")
     except OSError as exc:
         raise TraceError(f"cannot read: {exc.strerror}", file=str(path)) from None
-
-
-def _lines(path: Path) -> list[str]:
-    return read_text_input(path, TraceError, what="text trace").splitlines()
 
 
 def _hex(token: str, file: str, lineno: int) -> int:
@@ -90,7 +85,8 @@ def _raise_for_line(path: Path, lineno: int, dramsim3: bool) -> None:
     raise TraceError(f"expected {form}, got {line.strip()!r}", file=file, where=f"line {lineno}")
 
 
-def _read_text(path: str | Path, fmt: str) -> PhysicalTrace:
+def _read_text(path: str | Path, fmt: str) -> tuple[PhysicalTrace, int]:
+    """The text trace and the line of its first decreasing timestamp (0: none), both from one scan."""
     path = Path(path)
     dramsim3 = fmt == "dramsim3"
     with _open(path) as handle:
@@ -102,15 +98,16 @@ def _read_text(path: str | Path, fmt: str) -> PhysicalTrace:
         _raise_for_line(path, int(state[ST_ERROR]), dramsim3)
     if not address.size:
         raise TraceError(EMPTY_TRACE, file=str(path))
-    return PhysicalTrace(cycle, address, is_write, np.zeros(address.size, dtype=np.uint8), {"format": fmt})
+    trace = PhysicalTrace(cycle, address, is_write, np.zeros(address.size, dtype=np.uint8), {"format": fmt})
+    return trace, int(state[ST_DECREASE])
 
 
 def read_dramsim3(path: str | Path) -> PhysicalTrace:
-    return _read_text(path, "dramsim3")
+    return _read_text(path, "dramsim3")[0]
 
 
 def read_ramulator(path: str | Path) -> PhysicalTrace:
-    return _read_text(path, "ramulator")
+    return _read_text(path, "ramulator")[0]
 
 
 def write_dramsim3(path: str | Path, timestamp_cycles: np.ndarray, address: np.ndarray,
@@ -169,34 +166,21 @@ def read_trace(path: str | Path, fmt: str = "auto", *, sort: bool = False) -> Ph
     timestamp, counted in the header's `sorted_requests`)."""
     if fmt == "auto":
         fmt = detect_format(path)
+    drop_line = 0
     if fmt == "npz":
         physical = load_physical_trace(path)
-    elif fmt == "dramsim3":
-        physical = read_dramsim3(path)
-    elif fmt == "ramulator":
-        physical = read_ramulator(path)
+    elif fmt in ("dramsim3", "ramulator"):
+        physical, drop_line = _read_text(path, fmt)
     else:
         raise TraceError(f"unknown trace format {fmt!r} (choose one of {', '.join(FORMATS)})", file=str(path))
-    return ordered(physical, str(path), fmt, sort=sort)
+    return ordered(physical, str(path), sort=sort, drop_line=drop_line)
 
 
-def _request_line(file: str, index: int) -> str:
-    """Where request `index` (0-based) of a text trace is: its line number, counting blanks and comments."""
-    seen = -1
-    for lineno, line in enumerate(_lines(Path(file)), 1):
-        parts = line.split()
-        if parts and not parts[0].startswith("#"):
-            seen += 1
-            if seen == index:
-                return f"line {lineno}"
-    return f"request {index}"
-
-
-def ordered(physical: PhysicalTrace, file: str, fmt: str, *, sort: bool = False) -> PhysicalTrace:
+def ordered(physical: PhysicalTrace, file: str, *, sort: bool = False, drop_line: int = 0) -> PhysicalTrace:
     """The trace if its timestamps never decrease (and none is negative); sorted stably when `sort`; else the
-    first decreasing request is an error naming its line (text) or request index (npz)."""
+    first decreasing request is an error naming its line (`drop_line`, the text scanner's) or request index."""
     ts = physical.timestamp_cycles
-    where = (lambda i: f"request {i}") if fmt == "npz" else (lambda i: _request_line(file, i))
+    where = (lambda i: f"line {drop_line}") if drop_line else (lambda i: f"request {i}")
     negative = np.flatnonzero(ts < 0)
     if negative.size:
         i = int(negative[0])
