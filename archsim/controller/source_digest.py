@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-_CONSTANT_TYPES = (bool, int, float, str, bytes, tuple, frozenset, np.generic, np.ndarray)
+_CONSTANT_TYPES = (bool, int, float, str, bytes, tuple, frozenset, np.generic)
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -58,6 +58,8 @@ def inlined_sources(fn: Callable, global_values: dict | None = None) -> dict[str
             inner = _python_function(value)
             if inner is not None:
                 pending.append((inner, inner.__globals__))
+            elif isinstance(value, np.ndarray):  # repr elides the middle of a large array: hash its bytes
+                found[f"{func.__module__}:{name}"] = value.dtype.str + hashlib.sha256(value.tobytes()).hexdigest()
             elif isinstance(value, _CONSTANT_TYPES):
                 found[f"{func.__module__}:{name}"] = repr(value)
     return found
