@@ -1,2 +1,1 @@
-"""Request-level serving simulation (issue 19): requests, KV tiers with a prefix cache, a discrete-event
-continuous-batching engine and its metrics. Nothing here imports the memory kernel."""
+"""Request-level serving simulation (issue 19): requests, the tiered KV prefix cache, link sharing, the engine."""
