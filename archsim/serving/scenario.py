@@ -18,6 +18,7 @@
       reasoning: {fraction: 1.0, output: {dist: uniform, min: 8192, max: 32768}, source: ...}
       slo: {ttft: 2s, tpot: 200ms, source: ...}
       requests: {trace: PATH, format: mooncake, hash_block_tokens: 512, time_scale: 1.0, source: ...}
+      # or {trace: PATH.npz, format: logical, think_time: 0s, source: ...} with `arrivals` (serving/logical.py)
 
 Lengths (`input`, `output`, `sessions.turns`, `sessions.new_tokens`, `reasoning.output`): a positive integer,
 or `{dist: fixed, value}`, `{dist: uniform, min, max}` (integers, inclusive), `{dist: lognormal, median, sigma}`
@@ -31,6 +32,7 @@ and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,7 +146,8 @@ class TraceInput:
     path: str
     format: str
     hash_block_tokens: int
-    time_scale: float  # arrival = trace timestamp x time_scale (0.5: twice the rate)
+    time_scale: float  # mooncake: arrival = trace timestamp x time_scale (0.5: twice the rate)
+    think: ThinkTime  # logical: between a turn's last token and the next turn
 
 
 @dataclass(frozen=True)
@@ -415,11 +418,17 @@ def _parse_trace(s: Section, base: Path) -> TraceInput:
     name = s.str("trace")
     path = Path(name) if Path(name).is_absolute() else base / name
     fmt = s.choice("format", TRACE_FORMATS)
-    hash_block = _count(s, "hash_block_tokens", 512)
-    scale = _positive(s, "time_scale", 1.0)
+    only = {"mooncake": ("hash_block_tokens", "time_scale"), "logical": ("think_time",)}
+    for other, keys in only.items():
+        for key in keys:
+            if fmt != other and s.has(key):
+                raise s.error(key, f"only for format: {other}")
+    hash_block = _count(s, "hash_block_tokens", 512) if fmt == "mooncake" else 0
+    scale = _positive(s, "time_scale", 1.0) if fmt == "mooncake" else 1.0
+    think = _parse_think(s, "think_time") if s.has("think_time") else ThinkTime("fixed", 0.0)
     _source(s)
     s.done()
-    return TraceInput(str(path), fmt, hash_block, scale)
+    return TraceInput(str(path), fmt, hash_block, scale, think)
 
 
 # ---------------------------------------------------------------------------------------------------- requests
@@ -443,7 +452,9 @@ def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float
         return _from_trace(scn, n_requests, duration_ns, seed, block_tokens)
     rng = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
     assert scn.arrivals is not None and scn.input is not None and scn.output is not None
-    turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng)
+    turns_dist = scn.sessions.turns if scn.sessions else LengthDist("fixed", value=1)
+    turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng,
+                                         lambda k: turns_dist.sample(rng["turns"], k))
     return _build(scn, turns, starts, rng, block_tokens)
 
 
@@ -463,13 +474,14 @@ def _open_loop_starts(arr: Arrivals, rng: np.random.Generator, n: int) -> np.nda
 
 
 def _sessions_and_starts(scn: Scenario, n_requests: int | None, duration_ns: float | None,
-                         rng: dict[str, np.random.Generator]) -> tuple[np.ndarray, np.ndarray]:
-    """Turns per session and each session's arrival (NaN: it waits for its user's previous session)."""
+                         rng: dict[str, np.random.Generator],
+                         draw_turns: Callable[[int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Turns per session and each session's arrival (NaN: it waits for its user's previous session);
+    `draw_turns(k)` gives the turns of the first k sessions."""
     arr = scn.arrivals
     assert arr is not None
-    turns_dist = scn.sessions.turns if scn.sessions else LengthDist("fixed", value=1)
     if n_requests is not None:
-        drawn = turns_dist.sample(rng["turns"], n_requests)
+        drawn = draw_turns(n_requests)
         total = np.cumsum(drawn)
         sessions = int(np.searchsorted(total, n_requests)) + 1
         turns = drawn[:sessions].copy()
@@ -485,7 +497,7 @@ def _sessions_and_starts(scn: Scenario, n_requests: int | None, duration_ns: flo
             gaps.append(_inter_arrivals_s(arr, rng["arrivals"], chunk))
         starts = np.concatenate(([0.0], np.cumsum(np.concatenate(gaps)) * 1e9))
         sessions = int(np.searchsorted(starts, duration_ns, side="left"))
-        return turns_dist.sample(rng["turns"], sessions), starts[:sessions]
+        return draw_turns(sessions), starts[:sessions]
     if arr.process == "closed_loop":
         assert arr.users is not None
         starts = np.full(sessions, np.nan)
@@ -496,44 +508,63 @@ def _sessions_and_starts(scn: Scenario, n_requests: int | None, duration_ns: flo
 
 def _build(scn: Scenario, turns: np.ndarray, starts: np.ndarray, rng: dict[str, np.random.Generator],
            block_tokens: int) -> RequestTable:
-    assert scn.input is not None and scn.output is not None and scn.arrivals is not None
-    sessions = len(turns)
-    n = int(turns.sum())
-    session = np.repeat(np.arange(sessions, dtype=np.int64), turns)
-    first_row = np.concatenate(([0], np.cumsum(turns)[:-1])).astype(np.int64)
-    turn = (np.arange(n, dtype=np.int64) - first_row[session]).astype(np.int32)
-    later = turn > 0
+    assert scn.input is not None and scn.output is not None
+    shape = _Layout(turns)
+    later = shape.turn > 0
     # lengths: each quantity from its own stream, so e.g. adding reasoning leaves the prompts unchanged
-    user = np.empty(n, dtype=np.int64)
-    user[~later] = scn.input.sample(rng["input"], sessions)
+    user = np.empty(shape.n, dtype=np.int64)
+    user[~later] = scn.input.sample(rng["input"], shape.sessions)
     if scn.sessions is not None:
         user[later] = scn.sessions.new_tokens.sample(rng["new_tokens"], int(later.sum()))
-    output = scn.output.sample(rng["output"], n)
+    output = scn.output.sample(rng["output"], shape.n)
     if scn.reasoning is not None:
-        long = rng["reasoning"].random(n) < scn.reasoning.fraction
+        long = rng["reasoning"].random(shape.n) < scn.reasoning.fraction
         output[long] = scn.reasoning.output.sample(rng["reasoning"], int(long.sum()))
-    prefix_group = np.full(sessions, -1, dtype=np.int64)
+    prefix_group = np.full(shape.sessions, -1, dtype=np.int64)
     if scn.prefix is not None:
-        has = rng["prefix"].random(sessions) < scn.prefix.fraction
-        groups = rng["prefix"].integers(scn.prefix.groups, size=sessions)
+        has = rng["prefix"].random(shape.sessions) < scn.prefix.fraction
+        groups = rng["prefix"].integers(scn.prefix.groups, size=shape.sessions)
         prefix_group[has] = groups[has]
-    # dependencies: the previous turn, or (closed loop) the user's previous session's last turn
-    prev = np.where(later, np.arange(n, dtype=np.int64) - 1, -1)
-    arrival = np.full(n, np.nan)
-    arrival[first_row] = starts
-    think = np.zeros(n)
+    think = np.zeros(shape.n)
     if scn.sessions is not None:
         think[later] = scn.sessions.think.sample(rng["think"], int(later.sum()))
+    return _assemble(scn, shape, starts, user, output, think, prefix_group, scn.prefix.tokens if scn.prefix else 0,
+                     rng, block_tokens)
+
+
+class _Layout:
+    """Rows of `turns[s]` requests per session s, session after session."""
+
+    def __init__(self, turns: np.ndarray) -> None:
+        self.turns = np.asarray(turns, dtype=np.int64)
+        self.sessions = len(self.turns)
+        self.n = int(self.turns.sum())
+        self.session = np.repeat(np.arange(self.sessions, dtype=np.int64), self.turns)
+        self.first_row = np.concatenate(([0], np.cumsum(self.turns)[:-1])).astype(np.int64)
+        self.turn = (np.arange(self.n, dtype=np.int64) - self.first_row[self.session]).astype(np.int32)
+
+
+def _assemble(scn: Scenario, shape: _Layout, starts: np.ndarray, user: np.ndarray, output: np.ndarray,
+              think: np.ndarray, prefix_group: np.ndarray, prefix_tokens: int, rng: dict[str, np.random.Generator],
+              block_tokens: int) -> RequestTable:
+    """The table: a later turn waits for the previous one; in a closed loop a user's next session waits for
+    the last turn of its previous one (think time from the arrivals)."""
+    assert scn.arrivals is not None
+    later = shape.turn > 0
+    prev = np.where(later, np.arange(shape.n, dtype=np.int64) - 1, -1)
+    arrival = np.full(shape.n, np.nan)
+    arrival[shape.first_row] = starts
+    think = think.copy()
     if scn.arrivals.process == "closed_loop":
-        assert scn.arrivals.users is not None and scn.arrivals.think is not None
-        waiting = np.arange(scn.arrivals.users, sessions)
-        prev[first_row[waiting]] = first_row[waiting - scn.arrivals.users] + turns[waiting - scn.arrivals.users] - 1
-        think[first_row[waiting]] = scn.arrivals.think.sample(rng["think"], len(waiting))
-    seg_offsets, ids, lens = _segments(session, first_row, prefix_group, user, output,
-                                       scn.prefix.tokens if scn.prefix else 0)
-    return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=session, turn=turn,
-                                      output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids, seg_tokens=lens,
-                                      block_tokens=block_tokens)
+        users, gap = scn.arrivals.users, scn.arrivals.think
+        assert users is not None and gap is not None
+        waiting = np.arange(users, shape.sessions)
+        prev[shape.first_row[waiting]] = shape.first_row[waiting - users] + shape.turns[waiting - users] - 1
+        think[shape.first_row[waiting]] = gap.sample(rng["think"], len(waiting))
+    seg_offsets, ids, lens = _segments(shape.session, shape.first_row, prefix_group, user, output, prefix_tokens)
+    return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
+                                      turn=shape.turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
+                                      seg_tokens=lens, block_tokens=block_tokens)
 
 
 def _segments(session: np.ndarray, first_row: np.ndarray, prefix_group: np.ndarray, user: np.ndarray,
@@ -553,13 +584,12 @@ def _segments(session: np.ndarray, first_row: np.ndarray, prefix_group: np.ndarr
             kinds.append(PREFIX)
             refs.append(int(prefix_group[s]))
             lens.append(prefix_tokens)
-        for q in range(int(first_row[s]), r):
-            kinds += [USER, ANSWER]
-            refs += [q, q]
-            lens += [int(user[q]), int(output[q])]
-        kinds.append(USER)
-        refs.append(r)
-        lens.append(int(user[r]))
+        for q in range(int(first_row[s]), r + 1):
+            for kind, tokens in ((USER, user[q]), (ANSWER, output[q])):
+                if tokens > 0 and (q < r or kind == USER):  # a turn may send no new tokens (a trace's)
+                    kinds.append(kind)
+                    refs.append(q)
+                    lens.append(int(tokens))
         offsets.append(len(kinds))
     ids = mix(mix(content_id(), np.asarray(kinds, dtype=np.uint64)), np.asarray(refs, dtype=np.uint64))
     return np.asarray(offsets, dtype=np.int64), ids, np.asarray(lens, dtype=np.int64)
@@ -570,8 +600,7 @@ def _from_trace(scn: Scenario, n_requests: int | None, duration_ns: float | None
     trace = scn.trace
     assert trace is not None
     if trace.format == "logical":
-        raise ConfigError("logical traces as serving requests are not implemented yet: use format: mooncake",
-                          file=scn.file, where="scenario.requests.format")
+        return _from_logical(scn, n_requests, duration_ns, seed, block_tokens)
     from archsim.serving.mooncake import read_mooncake
 
     if trace.hash_block_tokens % block_tokens:
@@ -587,6 +616,35 @@ def _from_trace(scn: Scenario, n_requests: int | None, duration_ns: float | None
         return head(table, n_requests)
     assert duration_ns is not None
     return head(table, int(np.searchsorted(table.arrival_ns, duration_ns, side="left")))
+
+
+def _from_logical(scn: Scenario, n_requests: int | None, duration_ns: float | None, seed: int,
+                  block_tokens: int) -> RequestTable:
+    """Sessions replaying the trace's requests in turn (session s: trace request s mod R), arriving by the
+    scenario's arrival process (archsim/serving/logical.py)."""
+    from archsim.serving.logical import read_logical_sessions
+
+    assert scn.trace is not None
+    found = read_logical_sessions(scn.trace.path)
+    if found.model and found.model != scn.model:
+        raise ConfigError(f"the trace records model {found.model!r}: name it here", file=scn.file,
+                          where="scenario.model.preset")
+    templates = found.sessions
+    counts = np.array([len(t.new_tokens) for t in templates], dtype=np.int64)
+    rng = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
+    turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng,
+                                         lambda k: counts[np.arange(k) % len(templates)])
+    shape = _Layout(turns)
+    which = shape.session % len(templates)
+    user = np.array([templates[w].new_tokens[t] for w, t in zip(which, shape.turn, strict=True)], dtype=np.int64)
+    output = np.array([templates[w].output_tokens[t] for w, t in zip(which, shape.turn, strict=True)],
+                      dtype=np.int64)
+    think = np.zeros(shape.n)
+    later = shape.turn > 0
+    think[later] = scn.trace.think.sample(rng["think"], int(later.sum()))
+    shared = found.shared_prefix_tokens
+    prefix_group = np.zeros(shape.sessions, dtype=np.int64) if shared > 0 else np.full(shape.sessions, -1)
+    return _assemble(scn, shape, starts, user, output, think, prefix_group, shared, rng, block_tokens)
 
 
 def head(table: RequestTable, n: int) -> RequestTable:
