@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from archsim.errors import ArchsimError, ConfigError
+from archsim.serving import engine
 from archsim.serving.engine import REJECT_CAPACITY, REJECT_CONTEXT, REJECT_PREVIOUS, simulate
 from archsim.serving.pslink import PSLink
 from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, sessions, spec, table
@@ -282,3 +283,19 @@ def test_two_transfers_started_together_each_take_twice_as_long():
     assert [tag for tag, _ in done] == ["a", "b"]
     assert alone == pytest.approx(500.0 + 1e5)
     assert done[0][1] == pytest.approx(2e5) and done[1][1] == pytest.approx(2e5)
+
+
+@pytest.mark.parametrize("system", ["hbm", "pool", "swap"])
+def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
+    reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
+    sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
+          "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
+          "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap")}[system]
+    fast = simulate(reqs, sp, COST)
+    monkeypatch.setattr(engine._Engine, "fast_decode", False)
+    slow = simulate(reqs, sp, COST)
+    for field in ("first_token_ns", "last_token_ns", "queueing_ns", "kv_load_ns", "hit_blocks", "loaded_blocks",
+                  "instance", "preemptions", "tier_read_bytes", "tier_write_bytes"):
+        assert np.array_equal(getattr(fast, field), getattr(slow, field), equal_nan=True), field
+    assert (fast.iterations, fast.tokens_emitted, fast.link_bytes) == (slow.iterations, slow.tokens_emitted,
+                                                                       slow.link_bytes)

@@ -134,6 +134,8 @@ def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray
 
 
 class _Engine:
+    fast_decode = True     # the decode fast path (exact; off only to test that it is)
+
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
         validate(spec)
         if spec.disaggregated:
@@ -368,7 +370,7 @@ class _Engine:
             if batch is None:
                 return
             ids, news, prefill, decode_only = batch
-            if decode_only:
+            if decode_only and self.fast_decode:
                 t_after = self._fast_decode(i, t, ids)
                 if t_after > t:
                     t = t_after
