@@ -221,3 +221,131 @@ def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capaci
     # a small HBM over an unbounded written-through tier keeps the whole bound
     c_rate = _hit_rate(requests, [1_000, UNBOUNDED])
     assert c_rate == bound
+
+
+class _ReferenceCache:
+    """The module docstring's semantics written as plainly as possible (lists, linear scans), to check the
+    optimized cache against on random operations."""
+
+    def __init__(self, caps: list[int], demote: bool = True) -> None:
+        self.caps, self.demote = caps, demote
+        self.order: list[list[int]] = [[] for _ in caps]  # unpinned, least recent first
+        self.pins: list[dict[int, int]] = [{} for _ in caps]
+        self.evictions = [0] * len(caps)
+        self.drops = [0] * len(caps)
+
+    def has(self, t: int, k: int) -> bool:
+        return k in self.order[t] or k in self.pins[t]
+
+    def size(self, t: int) -> int:
+        return len(self.order[t]) + len(self.pins[t])
+
+    def make_recent(self, t: int, k: int) -> None:
+        if k in self.order[t]:
+            self.order[t].remove(k)
+            self.order[t].append(k)
+
+    def lookup(self, keys: list[int]) -> list[int]:
+        found = []
+        for k in keys:
+            holders = [t for t in range(len(self.caps)) if self.has(t, k)]
+            if not holders:
+                break
+            found.append(holders[0])
+        for k in reversed(keys[:len(found)]):
+            for t in range(len(self.caps)):
+                self.make_recent(t, k)
+        return found + [MISS] * (len(keys) - len(found))
+
+    def dispose(self, t: int, v: int) -> None:
+        if any(self.has(s, v) for s in range(t + 1, len(self.caps))):
+            return
+        b = t + 1
+        if not self.demote or b == len(self.caps):
+            self.drops[t] += 1
+            return
+        if self.caps[b] != UNBOUNDED and self.size(b) >= self.caps[b]:
+            if not self.order[b]:
+                self.drops[t] += 1
+                return
+            w = self.order[b].pop(0)
+            self.evictions[b] += 1
+            self.order[b].append(v)
+            self.dispose(b, w)
+        else:
+            self.order[b].append(v)
+
+    def admit(self, t: int, keys: list[int], pin: bool) -> bool:
+        ks = list(dict.fromkeys(keys))
+        if self.caps[t] != UNBOUNDED and len(set(ks) | set(self.pins[t])) > self.caps[t]:
+            return False
+        victims = []
+        while self.caps[t] != UNBOUNDED and self.size(t) + sum(not self.has(t, k) for k in ks) > self.caps[t]:
+            v = next(x for x in self.order[t] if x not in ks)
+            self.order[t].remove(v)
+            victims.append(v)
+            self.evictions[t] += 1
+        for k in reversed(ks):
+            if pin:
+                if k in self.order[t]:
+                    self.order[t].remove(k)
+                self.pins[t][k] = self.pins[t].get(k, 0) + 1
+            elif k not in self.pins[t]:
+                if k in self.order[t]:
+                    self.order[t].remove(k)
+                self.order[t].append(k)
+        for v in victims:
+            self.dispose(t, v)
+        return True
+
+    def unpin(self, t: int, keys: list[int]) -> None:
+        for k in reversed(list(dict.fromkeys(keys))):
+            self.pins[t][k] -= 1
+            if not self.pins[t][k]:
+                del self.pins[t][k]
+                self.order[t].append(k)
+
+
+@pytest.mark.parametrize("caps, demote", [([3, 5, 8], True), ([4, UNBOUNDED], True), ([2, 6, 6], False)])
+def test_random_operations_match_the_reference_semantics(caps, demote):
+    rng = np.random.default_rng(len(caps) * 10 + demote)
+    c = TieredPrefixCache(caps, demote=demote)
+    ref = _ReferenceCache(caps, demote)
+    pinned: list[tuple[int, list[int]]] = []
+    for step in range(4000):
+        keys = rng.integers(0, 14, size=int(rng.integers(1, 5))).tolist()
+        t = int(rng.integers(len(caps)))
+        op = rng.random()
+        if op < 0.3:
+            assert c.lookup(K(*keys)).tolist() == ref.lookup(keys), step
+        elif op < 0.55:
+            pin = bool(rng.random() < 0.4)
+            ok = c.insert(K(*keys), t, pin=pin)
+            assert ok == ref.admit(t, keys, pin), step
+            if ok and pin:
+                pinned.append((t, keys))
+        elif op < 0.7:
+            fit = c.insert_prefix(K(*keys), t)
+            for n in range(len(keys), -1, -1):  # the reference: the longest leading run an admit accepts
+                trial = len(set(keys[:n]) | set(ref.pins[t]))
+                if caps[t] == UNBOUNDED or trial <= caps[t]:
+                    break
+            assert fit == n, step
+            if n:
+                ref.admit(t, keys[:n], False)
+        elif op < 0.85:
+            below = [k for k in keys if any(ref.has(s, k) for s in range(t, len(caps)))]
+            if below:
+                pin = bool(rng.random() < 0.4)
+                ok = c.promote(K(*below), t, pin=pin)
+                assert ok == ref.admit(t, below, pin), step
+                if ok and pin:
+                    pinned.append((t, below))
+        elif pinned:
+            t_pin, keys_pin = pinned.pop(int(rng.integers(len(pinned))))
+            c.unpin(K(*keys_pin), t_pin)
+            ref.unpin(t_pin, keys_pin)
+        for s in range(len(caps)):
+            assert lru_order(c, s) == ref.order[s], (step, s)
+            assert c.tiers[s]._pins == ref.pins[s], (step, s)
+            assert c.tiers[s].counters.evictions == ref.evictions[s] and c.tiers[s].counters.drops == ref.drops[s]

@@ -48,9 +48,10 @@ converted to Python int, whose hash is not salted per process (unlike str), so r
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -111,9 +112,17 @@ class LRUTier:
     def pin_count(self, key: int) -> int:
         return self._pins.get(key, 0)
 
-    def _touch(self, key: int) -> None:
-        if key in self._lru:
-            self._lru.move_to_end(key)
+    def holds_mask(self, keys: list[int]) -> np.ndarray:
+        """bool per key: resident here (C-level iteration)."""
+        n = len(keys)
+        mask = np.fromiter(map(self._lru.__contains__, keys), dtype=bool, count=n)
+        if self._pins:
+            mask |= np.fromiter(map(self._pins.__contains__, keys), dtype=bool, count=n)
+        return mask
+
+    def touch_all(self, keys: Iterable[int]) -> None:
+        """Make the unpinned ones of `keys` most recent, in order (the last ends most recent)."""
+        deque(map(self._lru.move_to_end, filter(self._lru.__contains__, keys)), maxlen=0)
 
 
 class TieredPrefixCache:
@@ -184,26 +193,28 @@ class TieredPrefixCache:
     def lookup(self, keys: np.ndarray, *, record: bool = True) -> np.ndarray:
         """int8 per block: the fastest tier holding it, MISS (-1) for a miss and for every block after it."""
         ks = _ints(keys)
-        found: list[int] = []
-        for k in ks:
-            for t, tier in enumerate(self.tiers):
-                if k in tier:
-                    found.append(t)
-                    break
-            else:
+        n = len(ks)
+        out = np.full(n, MISS, dtype=np.int8)
+        undecided = np.arange(n)
+        for t, tier in enumerate(self.tiers):  # each tier probes only what the faster ones lack
+            sub = ks if len(undecided) == n else [ks[i] for i in undecided.tolist()]
+            held = tier.holds_mask(sub)
+            out[undecided[held]] = t
+            undecided = undecided[~held]
+            if not len(undecided):
                 break
-        out = np.full(len(ks), MISS, dtype=np.int8)
-        out[:len(found)] = found
+        n_hit = int(undecided[0]) if len(undecided) else n
+        out[n_hit:] = MISS
         if record:
-            counts = np.bincount(out[:len(found)], minlength=self.n_tiers) if found else np.zeros(self.n_tiers, int)
-            not_served = len(ks)
+            counts = np.bincount(out[:n_hit], minlength=self.n_tiers)
+            not_served = n
             for t, tier in enumerate(self.tiers):
                 tier.counters.hits += int(counts[t])
                 not_served -= int(counts[t])
                 tier.counters.misses += not_served
-            for k in reversed(ks[:len(found)]):  # head last, so the head ends most recent
-                for tier in self.tiers:
-                    tier._touch(k)
+            head_last = ks[n_hit - 1::-1] if n_hit else []
+            for tier in self.tiers:
+                tier.touch_all(head_last)
         return out
 
     # -- changes -------------------------------------------------------------------------------------------
@@ -300,37 +311,42 @@ class TieredPrefixCache:
         """LRU evictions an admit of the distinct keys `ks` needs, None if the pinned blocks leave no room."""
         if t.unbounded:
             return 0
-        new = sum(1 for k in ks if k not in t)
+        in_lru = sum(map(t._lru.__contains__, ks))
+        new = len(ks) - in_lru - sum(map(t._pins.__contains__, ks))
         need = len(t) + new - t.capacity_blocks
         if need <= 0:
             return 0
-        evictable = len(t._lru) - sum(1 for k in ks if k in t._lru)
-        return need if need <= evictable else None
+        return need if need <= len(t._lru) - in_lru else None
 
     def _admit(self, tier: int, ks: list[int], pin: bool, promote: bool) -> bool:
         t = self.tiers[tier]
         need = self._evictions_needed(t, ks)
         if need is None:
             return False
-        for k in ks:  # keep the admitted keys out of the eviction's way
-            t._touch(k)
-        victims = [t._lru.popitem(last=False)[0] for _ in range(need)]
-        t.counters.evictions += need
-        for k in reversed(ks):  # head last, so the head ends most recent
-            if k in t:
-                t._touch(k)
-            else:
-                if promote:
-                    src = next(s for s in self.tiers[tier + 1:] if k in s)
-                    src.counters.reads += 1
-                    t.counters.promotions += 1
-                else:
-                    t.counters.insertions += 1
-                t._lru[k] = None
-            if pin:
-                if k in t._lru:
-                    del t._lru[k]
-                t._pins[k] = t._pins.get(k, 0) + 1
+        lru, pins = t._lru, t._pins
+        victims = []
+        if need:
+            t.touch_all(ks)  # keep the admitted keys out of the eviction's way
+            victims = [lru.popitem(last=False)[0] for _ in range(need)]
+            t.counters.evictions += need
+        new = [k for k in ks if k not in lru and k not in pins]
+        if promote:
+            t.counters.promotions += len(new)
+            left = new
+            for src in self.tiers[tier + 1:]:
+                held = [k in src for k in left]
+                src.counters.reads += sum(held)
+                left = list(compress(left, (not h for h in held)))
+        else:
+            t.counters.insertions += len(new)
+        if pin:
+            for k in ks:
+                lru.pop(k, None)
+                pins[k] = pins.get(k, 0) + 1
+        else:
+            head_last = [k for k in reversed(ks) if k not in pins]
+            lru.update(zip(head_last, repeat(None)))
+            t.touch_all(head_last)
         # demote after the admitted blocks are in: a cascade below cannot then lose a block being promoted
         for v in victims:
             self._evicted(tier, v)
