@@ -56,6 +56,7 @@ from itertools import compress, repeat
 import numpy as np
 
 UNBOUNDED = -1  # capacity sentinel: a tier that never evicts
+_SHORT = 32  # requests of at most this many blocks are looked up block by block (lower fixed cost)
 MISS = -1  # lookup's value for a block no tier holds (or any block after the first miss)
 
 
@@ -194,28 +195,54 @@ class TieredPrefixCache:
         """int8 per block: the fastest tier holding it, MISS (-1) for a miss and for every block after it."""
         ks = _ints(keys)
         n = len(ks)
-        out = np.full(n, MISS, dtype=np.int8)
+        if n <= _SHORT:
+            found = self._scan_short(ks)
+            counts = [found.count(t) for t in range(self.n_tiers)] if record else []
+            out = np.array(found + [MISS] * (n - len(found)), dtype=np.int8)
+        else:
+            found = self._scan_long(ks)
+            counts = np.bincount(found, minlength=self.n_tiers).tolist() if record else []
+            out = np.full(n, MISS, dtype=np.int8)
+            out[:len(found)] = found
+        if record:
+            not_served = n
+            for tier, hits in zip(self.tiers, counts, strict=True):
+                tier.counters.hits += hits
+                not_served -= hits
+                tier.counters.misses += not_served
+            if len(found):
+                head_last = ks[len(found) - 1::-1]
+                for tier in self.tiers:
+                    if tier._lru:
+                        tier.touch_all(head_last)
+        return out
+
+    def _scan_short(self, ks: list[int]) -> list[int]:
+        """The fastest tier of each block of the cached prefix, block by block (cheapest for short requests)."""
+        found = []
+        for k in ks:
+            for t, tier in enumerate(self.tiers):
+                if k in tier._lru or k in tier._pins:
+                    found.append(t)
+                    break
+            else:
+                break
+        return found
+
+    def _scan_long(self, ks: list[int]) -> np.ndarray:
+        """As _scan_short, tier by tier with C-level membership tests (each tier probes only what the faster
+        ones lack): about twice as fast from a few dozen blocks on."""
+        n = len(ks)
+        where = np.full(n, MISS, dtype=np.int8)
         undecided = np.arange(n)
-        for t, tier in enumerate(self.tiers):  # each tier probes only what the faster ones lack
+        for t, tier in enumerate(self.tiers):
             sub = ks if len(undecided) == n else [ks[i] for i in undecided.tolist()]
             held = tier.holds_mask(sub)
-            out[undecided[held]] = t
+            where[undecided[held]] = t
             undecided = undecided[~held]
             if not len(undecided):
                 break
-        n_hit = int(undecided[0]) if len(undecided) else n
-        out[n_hit:] = MISS
-        if record:
-            counts = np.bincount(out[:n_hit], minlength=self.n_tiers)
-            not_served = n
-            for t, tier in enumerate(self.tiers):
-                tier.counters.hits += int(counts[t])
-                not_served -= int(counts[t])
-                tier.counters.misses += not_served
-            head_last = ks[n_hit - 1::-1] if n_hit else []
-            for tier in self.tiers:
-                tier.touch_all(head_last)
-        return out
+        return where[:int(undecided[0])] if len(undecided) else where
 
     # -- changes -------------------------------------------------------------------------------------------
 
