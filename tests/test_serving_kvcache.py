@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from archsim.serving import kvcache
 from archsim.serving.kvcache import MISS, UNBOUNDED, LRUTier, TieredPrefixCache
 from tests.conftest import REPO
 
@@ -306,8 +307,10 @@ class _ReferenceCache:
                 self.order[t].append(k)
 
 
+@pytest.mark.parametrize("short", [kvcache._SHORT, 0], ids=["blockwise", "tierwise"])  # both lookup paths
 @pytest.mark.parametrize("caps, demote", [([3, 5, 8], True), ([4, UNBOUNDED], True), ([2, 6, 6], False)])
-def test_random_operations_match_the_reference_semantics(caps, demote):
+def test_random_operations_match_the_reference_semantics(caps, demote, short, monkeypatch):
+    monkeypatch.setattr(kvcache, "_SHORT", short)
     rng = np.random.default_rng(len(caps) * 10 + demote)
     c = TieredPrefixCache(caps, demote=demote)
     ref = _ReferenceCache(caps, demote)
