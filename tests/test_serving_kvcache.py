@@ -344,10 +344,20 @@ def test_random_operations_match_the_reference_semantics(caps, demote, short, mo
                 assert ok == ref.admit(t, below, pin), step
                 if ok and pin:
                     pinned.append((t, below))
-        elif pinned:
-            t_pin, keys_pin = pinned.pop(int(rng.integers(len(pinned))))
-            c.unpin(K(*keys_pin), t_pin)
-            ref.unpin(t_pin, keys_pin)
+        elif op < 0.87:
+            resident = [k for k in keys if ref.has(t, k)]
+            if resident:
+                c.pin(K(*resident), t)
+                for k in dict.fromkeys(resident):
+                    if k in ref.order[t]:
+                        ref.order[t].remove(k)
+                    ref.pins[t][k] = ref.pins[t].get(k, 0) + 1
+                pinned.append((t, resident))
+        else:
+            for _ in range(min(len(pinned), 2)):  # pins must not pile up until every tier is frozen
+                t_pin, keys_pin = pinned.pop(int(rng.integers(len(pinned))))
+                c.unpin(K(*keys_pin), t_pin)
+                ref.unpin(t_pin, keys_pin)
         for s in range(len(caps)):
             assert lru_order(c, s) == ref.order[s], (step, s)
             assert c.tiers[s]._pins == ref.pins[s], (step, s)

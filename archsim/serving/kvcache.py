@@ -51,7 +51,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from itertools import compress, repeat
+from itertools import compress, filterfalse, repeat
 
 import numpy as np
 
@@ -120,6 +120,24 @@ class LRUTier:
         if self._pins:
             mask |= np.fromiter(map(self._pins.__contains__, keys), dtype=bool, count=n)
         return mask
+
+    def add_pins(self, ks: list[int]) -> None:
+        """One more pin on each of the distinct resident keys `ks`."""
+        pins = self._pins
+        deque(map(self._lru.pop, ks, repeat(None)), maxlen=0)
+        for k in filter(pins.__contains__, ks):
+            pins[k] += 1
+        pins.update(zip([k for k in ks if k not in pins], repeat(1)))
+
+    def remove_pins(self, ks: list[int]) -> None:
+        """One pin less on each of the distinct pinned keys `ks`; those left without pins become the most
+        recent unpinned blocks, head last (the request's tail is evicted first)."""
+        pins = self._pins
+        freed = [k for k in reversed(ks) if pins[k] == 1]
+        for k in ks:
+            pins[k] -= 1
+        deque(map(pins.__delitem__, freed), maxlen=0)
+        self._lru.update(zip(freed, repeat(None)))
 
     def touch_all(self, keys: Iterable[int]) -> None:
         """Make the unpinned ones of `keys` most recent, in order (the last ends most recent)."""
@@ -287,28 +305,19 @@ class TieredPrefixCache:
         """Pin resident blocks (one more pin each); ValueError, changing nothing, if one is not resident."""
         t = self.tiers[tier]
         ks = _distinct(keys)
-        for k in ks:
-            if k not in t:
-                raise ValueError(f"pin in {t.name}: block {k} is not resident")
-        for k in ks:
-            if k in t._lru:
-                del t._lru[k]
-            t._pins[k] = t._pins.get(k, 0) + 1
+        missing = next((k for k in ks if k not in t._lru and k not in t._pins), None)
+        if missing is not None:
+            raise ValueError(f"pin in {t.name}: block {missing} is not resident")
+        t.add_pins(ks)
 
     def unpin(self, keys: np.ndarray, tier: int) -> None:
         """Remove one pin from each block; a block left without pins becomes the most recent unpinned one."""
         t = self.tiers[tier]
         ks = _distinct(keys)
-        for k in ks:
-            if k not in t._pins:
-                raise ValueError(f"unpin in {t.name}: block {k} is not pinned")
-        for k in reversed(ks):  # head last: the request's tail is evicted first
-            count = t._pins[k] - 1
-            if count:
-                t._pins[k] = count
-            else:
-                del t._pins[k]
-                t._lru[k] = None
+        missing = next(filterfalse(t._pins.__contains__, ks), None)
+        if missing is not None:
+            raise ValueError(f"unpin in {t.name}: block {missing} is not pinned")
+        t.remove_pins(ks)
 
     # -- counters ------------------------------------------------------------------------------------------
 
@@ -367,9 +376,7 @@ class TieredPrefixCache:
         else:
             t.counters.insertions += len(new)
         if pin:
-            for k in ks:
-                lru.pop(k, None)
-                pins[k] = pins.get(k, 0) + 1
+            t.add_pins(ks)
         else:
             head_last = [k for k in reversed(ks) if k not in pins]
             lru.update(zip(head_last, repeat(None)))
