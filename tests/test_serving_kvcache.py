@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from archsim.serving import kvcache
-from archsim.serving.kvcache import MISS, UNBOUNDED, LRUTier, TieredPrefixCache
+from archsim.serving.kvcache import MISS, UNBOUNDED, LRUTier, TieredPrefixCache, infinite_cache_hit_rate
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
@@ -94,6 +94,12 @@ def test_two_tiers_promote_evict_to_copy_below_or_demote():
     assert pool["bytes_written"] == (3 + 1) * 1000 and pool["bytes_read"] == 2 * 1000
     with pytest.raises(ValueError, match="block 99"):
         c.promote(K(99), 0)
+
+
+def test_infinite_cache_hit_rate_counts_repeats_of_earlier_blocks():
+    assert infinite_cache_hit_rate(K(1, 2, 1, 3, 2, 1)) == 3 / 6
+    assert infinite_cache_hit_rate(K(1, 2, 1), [100, 50, 10]) == 10 / 160
+    assert math.isnan(infinite_cache_hit_rate(K()))
 
 
 def test_without_demotion_an_evicted_block_with_no_copy_below_is_dropped():
@@ -211,6 +217,9 @@ def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capaci
         total += int(sizes.sum())
         seen.update(ks)
     bound = bound_tokens / total
+    keys_all = np.concatenate([keys for keys, _ in requests])
+    sizes_all = np.concatenate([sizes for _, sizes in requests])
+    assert infinite_cache_hit_rate(keys_all, sizes_all) == pytest.approx(bound, rel=1e-12)
     # the trace's first 200 requests reuse 6.2 % of their prompt tokens (the whole trace 65 %: it warms up)
     assert bound == pytest.approx(0.0618, abs=5e-4)
     assert _hit_rate(requests, [UNBOUNDED]) == bound

@@ -418,3 +418,19 @@ def _ints(keys: np.ndarray | Iterable[int]) -> list[int]:
 def _distinct(keys: np.ndarray | Iterable[int] | list[int]) -> list[int]:
     """Distinct keys in first-seen order."""
     return list(dict.fromkeys(keys if isinstance(keys, list) else _ints(keys)))
+
+
+def infinite_cache_hit_rate(block_keys: np.ndarray, block_weights: np.ndarray | None = None) -> float:
+    """The hit rate of a cache that never evicts: the (weighted) fraction of blocks whose key occurs earlier in
+    `block_keys` (every request's blocks concatenated in the order they are looked up). Weight by each
+    block's prompt tokens for the prompt-token-weighted rate; NaN for no blocks. Equals the cache's rate at
+    UNBOUNDED capacity when the keys are content-chained (a repeated block's whole prefix repeats too)."""
+    keys = np.asarray(block_keys, dtype=np.uint64).ravel()
+    weights = np.ones(len(keys)) if block_weights is None else np.asarray(block_weights, dtype=np.float64).ravel()
+    if len(weights) != len(keys):
+        raise ValueError(f"{len(keys)} block keys but {len(weights)} weights")
+    if not len(keys) or not weights.sum():
+        return math.nan
+    repeat_block = np.ones(len(keys), dtype=bool)
+    repeat_block[np.unique(keys, return_index=True)[1]] = False  # each key's first occurrence is a miss
+    return float(weights[repeat_block].sum() / weights.sum())
