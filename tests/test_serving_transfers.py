@@ -101,6 +101,15 @@ def test_random_arrivals_match_the_offline_schedule_and_conserve_bytes_per_link(
         assert counters.busy_ns * spec.bandwidth_GBps == pytest.approx(size[mine].sum(), rel=1e-9)
 
 
+def test_a_completion_passed_by_a_later_start_is_still_reported_at_its_time():
+    links = LinkSharing([Link("cxl", bandwidth_GBps=1.0, latency_ns=0.0)])
+    a = links.start("cxl", 100, 0.0)
+    b = links.start("cxl", 100, 500.0)  # the caller never advanced to 100 ns, when a finished
+    assert links.next_completion() == (100.0, a)
+    assert links.complete_next() == (100.0, a)
+    assert links.complete_next() == (600.0, b)
+
+
 def test_same_inputs_give_the_same_schedule():
     def run():
         links = LinkSharing([PCIE])

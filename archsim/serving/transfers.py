@@ -178,7 +178,7 @@ class LinkSharing:
         nxt = self.next_completion()
         if nxt is None:
             return None
-        self._run(nxt[0])
+        self._run(max(nxt[0], self.now_ns))  # a completion found by a later start() lies in the past
         self._done.remove(nxt)  # present: peek and run_until do the same arithmetic
         self._report([nxt])
         return nxt
