@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from archsim.serving.transfers import Link, LinkSharing, concurrent_transfer_ns, ps_finish_times
+from archsim.serving.transfers import Link, LinkSharing, concurrent_transfer_ns, links_of_tiers, ps_finish_times
 
 pytestmark = pytest.mark.unit
 
@@ -137,3 +137,14 @@ def test_bad_use_is_refused():
         Link("x", 0.0)
     with pytest.raises(ValueError, match="twice"):
         LinkSharing([PCIE, PCIE])
+
+
+def test_links_of_tiers_takes_each_named_link_once():
+    from types import SimpleNamespace as Tier
+    tiers = [Tier(name="hbm", link=None, link_GBps=0.0, link_latency_ns=0.0),
+             Tier(name="host", link="pcie", link_GBps=64.0, link_latency_ns=1000.0),
+             Tier(name="nvme", link="pcie", link_GBps=64.0, link_latency_ns=1000.0)]
+    assert links_of_tiers(tiers) == [PCIE]
+    tiers[2] = Tier(name="nvme", link="pcie", link_GBps=7.0, link_latency_ns=1000.0)
+    with pytest.raises(ValueError, match="tier nvme: link pcie is 7.0 GB/s"):
+        links_of_tiers(tiers)

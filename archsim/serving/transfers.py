@@ -19,9 +19,11 @@ Use in an event loop (times in float ns, never decreasing):
 next_completion is exact for the current state: advance(t) with the time it returned completes that transfer
 (the same arithmetic runs both). Ties are broken by transfer id, so runs are deterministic. Each start and
 completion costs O(log n) in the link's active transfers; next_completion walks only the transfers still in
-their latency phase ahead of the first completion. ps_finish_times() computes the same schedule offline
-(an independent implementation, for tests and analytic estimates), and concurrent_transfer_ns() is the
-closed form for n equal transfers started together.
+their latency phase ahead of the first completion (about 30 us per transfer in all, measured). A completion
+that a later start() passed is still reported at its own time. links_of_tiers() builds the links from a
+ServingSpec's tiers; ps_finish_times() computes the same schedule offline (an independent implementation,
+for tests and analytic estimates), and concurrent_transfer_ns() is the closed form for n equal transfers
+started together.
 """
 
 from __future__ import annotations
@@ -211,6 +213,21 @@ class LinkSharing:
             counters = self._links[self._link_of.pop(tid)].counters
             counters.transfers_completed += 1
             counters.bytes_completed += self._size_of.pop(tid)
+
+
+def links_of_tiers(tiers: Iterable) -> list[Link]:
+    """The distinct links a system's tiers are reached over (TierSpec.link, link_GBps, link_latency_ns; tiers
+    without a link, such as HBM, are skipped), in tier order. Tiers naming one link must agree on it."""
+    links: dict[str, Link] = {}
+    for tier in tiers:
+        if tier.link is None:
+            continue
+        link = Link(tier.link, float(tier.link_GBps), float(tier.link_latency_ns))
+        if links.setdefault(link.name, link) != link:
+            raise ValueError(f"tier {tier.name}: link {link.name} is {link.bandwidth_GBps} GB/s, "
+                             f"{link.latency_ns} ns here but {links[link.name].bandwidth_GBps} GB/s, "
+                             f"{links[link.name].latency_ns} ns for an earlier tier")
+    return list(links.values())
 
 
 def concurrent_transfer_ns(size_bytes: float, n: int, bandwidth_GBps: float, latency_ns: float = 0.0) -> float:
