@@ -195,16 +195,22 @@ def _mooncake_keys(block_tokens: int):
     return out
 
 
-def _hit_rate(requests, capacities) -> float:
+def _hit_rates(requests, capacities) -> list[float]:
+    """Prompt-token-weighted hit rate served by each tier, lookups then write-through of every request."""
     c = TieredPrefixCache(capacities)
-    hit_tokens = total = 0
+    hit_tokens = np.zeros(len(capacities))
+    total = 0
     for keys, sizes in requests:
         tiers = c.lookup(keys)
-        hit_tokens += int(sizes[tiers >= 0].sum())
+        hit_tokens += np.bincount(tiers[tiers >= 0], weights=sizes[tiers >= 0], minlength=len(capacities))
         total += int(sizes.sum())
         for t in range(len(capacities)):
             c.insert_prefix(keys, t)
-    return hit_tokens / total
+    return (hit_tokens / total).tolist()
+
+
+def _hit_rate(requests, capacities) -> float:
+    return sum(_hit_rates(requests, capacities))
 
 
 def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capacity():
@@ -228,9 +234,11 @@ def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capaci
     rates = [_hit_rate(requests, [cap]) for cap in capacities]
     assert all(a >= b for a, b in zip([bound, *rates], rates, strict=False)), rates
     assert rates[1] < bound and rates[-2] < rates[1] / 2 and rates[-1] == 0.0
-    # a small HBM over an unbounded written-through tier keeps the whole bound
-    c_rate = _hit_rate(requests, [1_000, UNBOUNDED])
-    assert c_rate == bound
+    # a small HBM over an unbounded written-through tier keeps the whole bound; HBM's share is that of a
+    # single LRU tier of its size, the rest is served below
+    for hbm_blocks, alone in zip(capacities[1:], rates[1:], strict=True):
+        hbm, below = _hit_rates(requests, [hbm_blocks, UNBOUNDED])
+        assert hbm == pytest.approx(alone, rel=1e-12) and hbm + below == pytest.approx(bound, rel=1e-12)
 
 
 class _ReferenceCache:
