@@ -43,7 +43,7 @@ from archsim.config.overrides import apply_overrides
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError
-from archsim.inputs import read_text_input
+from archsim.inputs import check_input, read_text_input
 from archsim.resources import data_path
 from archsim.units import parse_time_ns
 
@@ -424,6 +424,10 @@ def _parse_slo(s: Section) -> Slo:
 def _parse_trace(s: Section, base: Path) -> TraceInput:
     name = s.str("trace")
     path = Path(name) if Path(name).is_absolute() else base / name
+    try:
+        check_input(path, ConfigError)
+    except ConfigError as exc:
+        raise s.error("trace", f"{exc.detail}: {path}") from None
     fmt = s.choice("format", TRACE_FORMATS)
     only = {"mooncake": ("hash_block_tokens", "time_scale"), "logical": ("think_time",)}
     for other, keys in only.items():
