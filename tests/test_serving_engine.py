@@ -9,7 +9,6 @@ import pytest
 from archsim.errors import ArchsimError, ConfigError
 from archsim.serving import engine
 from archsim.serving.engine import REJECT_CAPACITY, REJECT_CONTEXT, REJECT_PREVIOUS, simulate
-from archsim.serving.pslink import PSLink
 from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, sessions, spec, table
 
 pytestmark = pytest.mark.component
@@ -271,18 +270,25 @@ def test_bad_specs_name_their_key():
         simulate(poisson(2, 1.0, 10, 2, block_tokens=32), spec(), COST)
 
 
-def test_two_transfers_started_together_each_take_twice_as_long():
-    link = PSLink("pcie", 10.0, 500.0)
-    link.start(0.0, 1e6, "a")
-    alone = link.next_finish_ns() + link.latency_ns
-    link.pop_finished(alone)
-    both = PSLink("pcie", 10.0, 500.0)
-    both.start(0.0, 1e6, "a")
-    both.start(0.0, 1e6, "b")
-    done = both.pop_finished(1e12)
-    assert [tag for tag, _ in done] == ["a", "b"]
-    assert alone == pytest.approx(500.0 + 1e5)
-    assert done[0][1] == pytest.approx(2e5) and done[1][1] == pytest.approx(2e5)
+def test_two_loads_that_start_together_share_the_link():
+    # groups 0 and 1 fill a two-request HBM, groups 2 and 3 push them down to host DRAM, then 0 and 1 come
+    # back at the same instant and load their prompts together; alone, one of them loads at full speed
+    link_GBps, latency_ns = 16.0, 2000.0
+    arrivals = [0.0, 1e6, 2e9, 2.001e9, 5e9, 5e9]
+    cost = LinearCost(new_ns=100e3)
+    sp = spec(lower="host_dram", hbm_tokens=4100, link_GBps=link_GBps)
+    together = simulate(table(arrivals, [2000] * 6, [10] * 6, session=[0, 1, 2, 3, 0, 1]), sp, cost)
+    alone = simulate(table(arrivals[:5], [2000] * 5, [10] * 5, session=[0, 1, 2, 3, 0]), sp, cost)
+    a, b = (together.loaded_blocks[r, 1] * sp.block_bytes for r in (4, 5))
+    assert min(a, b) > 100 * sp.block_bytes
+    one = alone.loaded_blocks[4, 1] * sp.block_bytes
+    assert one == a
+    assert alone.kv_load_ns[4] == pytest.approx(latency_ns + one / link_GBps, rel=1e-9)
+    # processor sharing: the smaller finishes after 2 x its bytes, the larger after both
+    small, large = sorted((a, b))
+    loads = sorted(together.kv_load_ns[4:6])
+    assert loads[0] == pytest.approx(latency_ns + 2 * small / link_GBps, rel=1e-9)
+    assert loads[1] == pytest.approx(latency_ns + (small + large) / link_GBps, rel=1e-9)
 
 
 @pytest.mark.parametrize("system", ["hbm", "pool", "swap"])

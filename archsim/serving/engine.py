@@ -13,12 +13,17 @@ it re-prefills prompt + generated tokens; swap: its KV moves to the next tier ov
 KV lives in blocks of `block_tokens` in the KV home (`spec.kv_home`: HBM, per instance; or a PNM pool, shared),
 held in the TieredPrefixCache of each instance (its own HBM, the lower tiers shared). On admission the prompt's
 blocks are looked up: blocks in the home are free; blocks in a lower tier are either loaded over that tier's
-link (a processor-sharing transfer, so concurrent loads slow each other; the sequence joins the batch when its
-load lands) or recomputed, whichever the costs say is faster; misses are prefilled. Prefill writes its KV
-through to the tier below HBM, and a finished turn writes its output blocks, so later turns and other instances
-hit them. A sequence whose KV alone exceeds HBM lives in the tier below and streams: its KV is re-read over the
-link every iteration it is in (as is everyone's with `decode: stream`); such an iteration lasts until both the
-GPU work and the stream are done (per-layer overlap).
+link (a processor-sharing transfer on archsim.serving.transfers, so concurrent loads slow each other; the
+sequence joins the batch when its load lands) or recomputed, whichever the costs say is faster; misses are
+prefilled. Prefill writes its KV through to the tier below HBM, and a finished turn writes its output blocks,
+so later turns and other instances hit them (writes go the other way over the full-duplex links and are
+overlapped with compute: counted, not timed). A sequence whose KV alone exceeds HBM lives in the tier below
+and streams: its KV is re-read over the link every iteration it is in (as is everyone's with `decode: stream`);
+such an iteration lasts until both the GPU work and the stream are done (per-layer overlap).
+
+Stretches of pure decode (every running sequence decoding, nothing admissible) run on a fast path: the same
+iterations back to back without events, up to the next event that could change the batch; a test holds it to
+the event-by-event run bit for bit.
 
 Per-request state is numpy arrays indexed by request id; ties between events at one instant are broken by
 kind (transfers land, then iterations end, then arrivals) and then by id, so a run is deterministic.
@@ -36,12 +41,12 @@ import numpy as np
 
 from archsim.errors import ArchsimError, ConfigError
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
-from archsim.serving.pslink import PSLink
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
+from archsim.serving.transfers import LinkSharing, links_of_tiers
 
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
-EV_XFER, EV_LINK, EV_ITER, EV_ARRIVAL = range(4)      # tie order at one instant
+EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
 X_LOAD, X_SWAP_IN, X_ITER, X_WRITE = range(4)         # what a finished transfer wakes
 REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS = 1, 2, 3
 
@@ -88,10 +93,6 @@ class ServingResult:
     def mean_inflight(self) -> float:
         span = self.span_end_ns - self.span_start_ns
         return self.inflight_area_ns / span if span > 0 else 0.0
-
-
-def _wakes(tag: tuple[int, int]) -> bool:
-    return tag[0] != X_WRITE
 
 
 def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost) -> ServingResult:
@@ -173,17 +174,16 @@ class _Engine:
     # -- construction --------------------------------------------------------------------------------------
 
     def _build_links(self) -> None:
-        self.links: list[PSLink] = []
-        self.tier_link = np.full(self.T, -1, dtype=np.int64)
-        names: dict[str, int] = {}
-        for t, tier in enumerate(self.spec.tiers):
-            if t == 0 or tier.link is None:
-                continue
-            if tier.link not in names:
-                names[tier.link] = len(self.links)
-                self.links.append(PSLink(tier.link, tier.link_GBps, tier.link_latency_ns))
-            self.tier_link[t] = names[tier.link]
-        self.link_version = [0] * len(self.links)
+        """Transfers towards the GPU (loads, swap-ins, streams) share each link by processor sharing. Writes
+        away from it (prefill write-through, a pool's KV appends, swap-outs, demotions) use the other direction
+        of these full-duplex links and nobody waits for them (overlapped layer by layer): they are counted,
+        not timed."""
+        self.links = LinkSharing(links_of_tiers(self.spec.tiers))
+        self.link_of_tier = [tier.link for tier in self.spec.tiers]
+        self.link_spec = {link.name: link for link in links_of_tiers(self.spec.tiers)}
+        self.written_bytes = dict.fromkeys(self.link_spec, 0.0)
+        self.transfer_of: dict[int, tuple[int, int]] = {}     # transfer id -> (what, who)
+        self.link_version = 0
 
     def _build_caches(self) -> None:
         spec = self.spec
@@ -282,10 +282,8 @@ class _Engine:
                 self._iteration_part_done(a, t)
             elif kind == EV_ARRIVAL:
                 self._arrive(a, t)
-            elif kind == EV_LINK:
-                self._link_check(a, b, t)
             else:
-                self._transfer_done(a, b, t)
+                self._link_check(b, t)
         self._check_finished()
         return self._result(time.perf_counter() - wall)
 
@@ -365,18 +363,19 @@ class _Engine:
         """Start instance i's next iteration if it is idle; pure decode stretches run on the fast path."""
         if self.busy[i]:
             return
-        while True:
-            batch = self._build_batch(i, t)
-            if batch is None:
-                return
-            ids, news, prefill, decode_only = batch
-            if decode_only and self.fast_decode:
-                t_after = self._fast_decode(i, t, ids)
-                if t_after > t:
-                    t = t_after
-                    continue
-            self._start_iteration(i, t, ids, news, prefill)
+        batch = self._build_batch(i, t)
+        if batch is None:
             return
+        ids, news, prefill, decode_only = batch
+        if decode_only and self.fast_decode:
+            t_after = self._fast_decode(i, t, ids)
+            if t_after > t:            # the instance is busy until then and resumes in event order
+                self.busy[i] = True
+                self.batch[i] = None
+                self.parts_left[i] = 1
+                heapq.heappush(self.iter_heap, (t_after, EV_ITER, i, 0))
+                return
+        self._start_iteration(i, t, ids, news, prefill)
 
     def _build_batch(self, i: int, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
         """Decode tokens first, then prefills under way, then admissions, within the token budget. The flag
@@ -463,8 +462,7 @@ class _Engine:
             self.tokens_computed += done * len(ids)
             self.tier_write[self.base] += float(done * len(ids) * self.kvb)
             if self.base > 0:
-                link = self.links[self.tier_link[self.base]]
-                link.bytes_total += float(done * len(ids) * self.kvb)
+                self.written_bytes[self.link_of_tier[self.base]] += float(done * len(ids) * self.kvb)
         return t
 
     def _add_prefill(self, r: int, chunk: int, t: float, ids: list, news: list, prefill: list) -> None:
@@ -576,9 +574,11 @@ class _Engine:
         """Loading the hit blocks from lower tiers beats recomputing them (and what follows the first)."""
         load_ns = 0.0
         for w in np.unique(hits[hits > v]).tolist():
-            link = self.links[self.tier_link[self.base + w]]
+            name = self.link_of_tier[self.base + w]
+            link = self.link_spec[name]
             size = np.count_nonzero(hits == w) * self.block_bytes
-            load_ns = max(load_ns, link.latency_ns + size * (len(link.active) + 1) / link.bytes_per_ns)
+            sharing = self.links.in_flight(name) + 1         # as the link is shared now
+            load_ns = max(load_ns, link.latency_ns + size * sharing / link.bandwidth_GBps)
         target = int(self.target[r])
         c_lead, c_all = lead * self.bt, found * self.bt
         recompute_ns = self.cost.iteration_ns(np.array([c_lead]), np.array([target - c_lead])) - \
@@ -642,10 +642,8 @@ class _Engine:
         home = self.res[ids] == 0
         self.tier_write[self.base] += float(written[home].sum())
         if self.base > 0:
-            # KV a pool (or a streamed tier) holds is written over its link: a prefill's as a transfer that
-            # shares the link with loads; a decode token's (one token per sequence) is counted, not timed
-            self._transfer(self.base, float(written[home & prefill].sum()), X_WRITE, i, t)
-            self.links[self.tier_link[self.base]].bytes_total += float(written[home & ~prefill].sum())
+            # KV a pool (or a streamed tier) holds is written over its link
+            self._transfer(self.base, float(written[home].sum()), X_WRITE, i, t)
         streaming = self.streams[ids]
         if streaming.any():
             for v in np.unique(self.res[ids][streaming]).tolist():
@@ -665,9 +663,12 @@ class _Engine:
             self._finish_iteration(i, t)
 
     def _finish_iteration(self, i: int, t: float) -> None:
+        self.busy[i] = False
+        if self.batch[i] is None:      # the end of a fast-path stretch: its iterations are already counted
+            self._schedule(i, t)
+            return
         ids, news, prefill = self.batch[i]
         self.batch[i] = None
-        self.busy[i] = False
         self.iterations += 1
         self.tokens_computed += int(news.sum())
         self.ctx[ids] += news
@@ -732,31 +733,30 @@ class _Engine:
     # -- transfers -----------------------------------------------------------------------------------------
 
     def _transfer(self, tier: int, size_bytes: float, what: int, who: int, t: float) -> bool:
-        """Start a transfer over the link of `tier`; False when there is nothing to move."""
+        """Move KV over the link of `tier`: a write is counted; anything else is a timed transfer whose end
+        wakes `who`. False when nothing is timed."""
         if size_bytes <= 0:
             return False
-        link = int(self.tier_link[tier])
-        self._wake(link, self.links[link].start(t, size_bytes, (what, who)))
-        self._recheck_link(link)
+        name = self.link_of_tier[tier]
+        if what == X_WRITE:
+            self.written_bytes[name] += size_bytes
+            return False
+        self.transfer_of[self.links.start(name, size_bytes, t)] = (what, who)
+        self._recheck_links()
         return True
 
-    def _wake(self, link: int, finished: list) -> None:
-        latency_ns = self.links[link].latency_ns
-        for (what, who), finish_ns in finished:
-            if what != X_WRITE:
-                self._push(finish_ns + latency_ns, EV_XFER, what, who)
+    def _recheck_links(self) -> None:
+        self.link_version += 1
+        nxt = self.links.next_completion()
+        if nxt is not None:
+            self._push(nxt[0], EV_LINK, 0, self.link_version)
 
-    def _recheck_link(self, link: int) -> None:
-        self.link_version[link] += 1
-        finish = self.links[link].next_wake_ns(_wakes)
-        if finish is not None:
-            self._push(finish, EV_LINK, link, self.link_version[link])
-
-    def _link_check(self, link: int, version: int, t: float) -> None:
-        if version != self.link_version[link]:
+    def _link_check(self, version: int, t: float) -> None:
+        if version != self.link_version:
             return
-        self._wake(link, self.links[link].pop_finished(t))
-        self._recheck_link(link)
+        for _, tid in self.links.advance(t):
+            self._transfer_done(*self.transfer_of.pop(tid), t)
+        self._recheck_links()
 
     def _transfer_done(self, what: int, who: int, t: float) -> None:
         if what == X_ITER:
@@ -798,7 +798,8 @@ class _Engine:
 
     def _result(self, wall_s: float) -> ServingResult:
         tier_write = self.tier_write.copy()
-        link_bytes = {ps.name: ps.bytes_total for ps in self.links}
+        link_bytes = {name: self.links.counters(name).bytes_started + self.written_bytes[name]
+                      for name in self.link_spec}
         seen: set[int] = set()
         for view in self.views:             # evicted blocks demoted to a lower tier cross its link (untimed)
             for v, tier in enumerate(view.tiers):
@@ -807,9 +808,9 @@ class _Engine:
                 seen.add(id(tier))
                 t = self.base + v
                 moved = float(tier.counters.demotions_in * self.block_bytes)
-                if moved and self.tier_link[t] >= 0:
+                if moved and self.link_of_tier[t] is not None:
                     tier_write[t] += moved
-                    link_bytes[self.links[self.tier_link[t]].name] += moved
+                    link_bytes[self.link_of_tier[t]] += moved
         stats = []
         for view in self.views:
             stats.extend(s for s in view.stats() if s["name"] not in {x["name"] for x in stats})
@@ -821,7 +822,7 @@ class _Engine:
             completed=self.state == DONE, rejected=self.rejected, streamed=self.streams.copy(),
             preemptions=self.preemptions, tier_read_bytes=self.tier_read.copy(), tier_write_bytes=tier_write,
             swap_out_bytes=self.swap_out_bytes, swap_in_bytes=self.swap_in_bytes,
-            link_bytes=link_bytes, link_busy_ns={ps.name: ps.busy_ns for ps in self.links},
+            link_bytes=link_bytes, link_busy_ns={name: self.links.counters(name).busy_ns for name in self.link_spec},
             peak_pinned_blocks=self.peak_pinned.copy(), capacity_blocks=self.cap_blocks.copy(),
             iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
             events=self.arrivals + self.iterations + self.completions,
