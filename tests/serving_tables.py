@@ -85,6 +85,16 @@ class LinearCost:
         return self.a_ns + self.new_ns * float(np.sum(new_tokens)) + self.cached_ns * float(np.sum(cached_tokens))
 
 
+@dataclass(frozen=True)
+class VectorLinearCost(LinearCost):
+    """LinearCost with the optional vectorized decode stretch (bit-identical to calling iteration_ns per step)."""
+
+    def decode_steps_ns(self, cached_tokens: np.ndarray, steps: int) -> np.ndarray:
+        n = len(cached_tokens)
+        cached = (float(np.sum(cached_tokens)) + n * np.arange(steps)).astype(np.float64)
+        return self.a_ns + self.new_ns * float(n) + self.cached_ns * cached
+
+
 KV_BYTES_PER_TOKEN = 320 * 1024      # Llama-3.1-70B, bf16: 80 layers x 8 KV heads x 128 x 2 (K, V) x 2 B
 
 

@@ -9,7 +9,7 @@ import pytest
 from archsim.errors import ArchsimError, ConfigError
 from archsim.serving import engine
 from archsim.serving.engine import REJECT_CAPACITY, REJECT_CONTEXT, REJECT_PREVIOUS, simulate
-from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, sessions, spec, table
+from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, VectorLinearCost, poisson, sessions, spec, table
 
 pytestmark = pytest.mark.component
 
@@ -298,8 +298,10 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
           "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
           "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap")}[system]
     fast = simulate(reqs, sp, COST)
+    vector = simulate(reqs, sp, VectorLinearCost())          # the cost's own vectorized decode stretch
     monkeypatch.setattr(engine._Engine, "fast_decode", False)
     slow = simulate(reqs, sp, COST)
+    assert np.array_equal(vector.last_token_ns, slow.last_token_ns)
     for field in ("first_token_ns", "last_token_ns", "queueing_ns", "kv_load_ns", "hit_blocks", "loaded_blocks",
                   "instance", "preemptions", "tier_read_bytes", "tier_write_bytes"):
         assert np.array_equal(getattr(fast, field), getattr(slow, field), equal_nan=True), field

@@ -431,29 +431,23 @@ class _Engine:
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
         left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
-        ones = np.ones(len(ids), dtype=np.int64)
-        view, bt = self.views[i], self.bt
-        done = 0
+        done, chunk = 0, 8
         while done < left:
-            room = held_tokens - ctx          # tokens each sequence can still append without a new block
-            if not room.min():                # some sequence starts a block: give it one, if the tier can
-                for s in np.nonzero(room == 0)[0].tolist():
-                    g = int(ids[s])
-                    if not view.insert(self._seq_keys(g, int(self.nheld[g]) + 1)[-1:], int(self.res[g]), pin=True):
-                        left = done           # a preemption is needed: the normal path does it
-                        break
-                    self.nheld[g] += 1
-                    held_tokens[s] += bt
-                self._note_pinned(i, int(self.res[ids[0]]))
-                continue
-            for _ in range(min(int(room.min()), left - done)):
-                compute_ns = float(self.cost.iteration_ns(ctx, ones))
-                if t + compute_ns >= bound:
-                    left = done
+            steps = min(chunk, left - done)
+            chunk *= 2
+            ends, t_end = [], t
+            for step_ns in self._decode_steps_ns(ctx, steps):
+                t_end += step_ns
+                if t_end >= bound:
                     break
-                t += compute_ns
-                ctx += 1
-                done += 1
+                ends.append(t_end)
+            fits = self._grow_ahead(i, ids, ctx, held_tokens, len(ends))
+            if fits:
+                t = ends[fits - 1]
+                ctx += fits
+                done += fits
+            if fits < steps:
+                break
         if done:
             self.ctx[ids] = ctx
             self.out_done[ids] += done
@@ -472,11 +466,68 @@ class _Engine:
         news.append(chunk)
         prefill.append(True)
 
+    def _decode_steps_ns(self, ctx: np.ndarray, steps: int) -> list[float]:
+        """Durations of `steps` decode iterations of one batch, sequence s holding ctx[s] + j tokens at step j:
+        the cost's own `decode_steps_ns` when it has one (a vectorized form of the same), else one call each."""
+        vectorized = getattr(self.cost, "decode_steps_ns", None)
+        if vectorized is not None:
+            return [float(x) for x in vectorized(ctx, steps)]
+        ones = np.ones(len(ctx), dtype=np.int64)
+        return [float(self.cost.iteration_ns(ctx + j, ones)) for j in range(steps)]
+
+    def _grow_all(self, i: int, ids: np.ndarray, held_tokens: np.ndarray | None, seqs: list[int]) -> bool:
+        """Give batch sequences ids[s] for s in `seqs` (one block per entry, in that order) their next blocks in
+        one all-or-nothing insert (the cache ends as after one insert per block); False, changing nothing, when
+        the tier has no room for them all."""
+        counts = np.bincount(np.asarray(seqs, dtype=np.int64), minlength=len(ids))
+        order: dict[int, int] = {}
+        positions = []
+        for s in seqs:
+            g = int(ids[s])
+            m = order.get(g, 0)
+            order[g] = m + 1
+            positions.append(self.coff[g] + self.nheld[g] + m)
+        g = int(ids[seqs[0]])
+        if not self.views[i].insert(self.ckeys[np.asarray(positions, dtype=np.int64)], int(self.res[g]), pin=True):
+            return False
+        self.nheld[ids] += counts
+        if held_tokens is not None:
+            held_tokens += counts * self.bt
+        self._note_pinned(i, int(self.res[g]))
+        return True
+
+    def _grow_ahead(self, i: int, ids: np.ndarray, ctx: np.ndarray, held_tokens: np.ndarray, steps: int) -> int:
+        """Give the decode batch the blocks its next `steps` iterations start, in the order the event-by-event
+        path would (by step, then batch order); returns how many steps got every block they need."""
+        if not steps:
+            return 0
+        first = held_tokens - ctx                      # the step at which each sequence needs its next block
+        needs = first < steps
+        if not needs.any():
+            return steps
+        events = sorted((j, s) for s in np.flatnonzero(needs).tolist()
+                        for j in range(int(first[s]), steps, self.bt))
+        view = self.views[i]
+        if self._grow_all(i, ids, held_tokens, [s for _, s in events]):
+            return steps
+        for j, s in events:
+            g = int(ids[s])
+            if not view.insert(self._seq_keys(g, int(self.nheld[g]) + 1)[-1:], int(self.res[g]), pin=True):
+                steps = j                               # a preemption is due at step j: the normal path does it
+                break
+            self.nheld[g] += 1
+            held_tokens[s] += self.bt
+        self._note_pinned(i, int(self.res[g]))
+        return steps
+
     def _grow_decoders(self, i: int, t: float) -> None:
         """Give every decode sequence whose next token starts a block that block, preempting when full."""
         run = self.running[i]
         arr = np.array(run, dtype=np.int64)
         grow = arr[(self.ctx[arr] >= self.target[arr]) & (self.ctx[arr] + 1 > self.nheld[arr] * self.bt)]
+        if not len(grow) or (len(set(self.res[grow].tolist())) == 1 and
+                             self._grow_all(i, grow, None, list(range(len(grow))))):
+            return
         view = self.views[i]
         for g in grow.tolist():
             if self.state[g] != RUNNING:
