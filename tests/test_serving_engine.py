@@ -291,12 +291,36 @@ def test_two_loads_that_start_together_share_the_link():
     assert loads[1] == pytest.approx(latency_ns + (small + large) / link_GBps, rel=1e-9)
 
 
-@pytest.mark.parametrize("system", ["hbm", "pool", "swap"])
+@pytest.mark.parametrize("home", ["hbm", "pool"])
+def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
+    reqs = poisson(200, 8.0, 1200, 60, seed=37)
+    kw = {"lower": "host_dram", "hbm_tokens": 40_000} if home == "hbm" else {"lower": "pool", "kv_home": 1}
+    sp = spec(instances=3, router="least_loaded", disaggregated=True, prefill_instances=1, **kw)
+    res = simulate(reqs, sp, COST)
+    assert res.completed.all() and res.tokens_emitted == int(reqs.output_tokens.sum())
+    assert set(res.instance.tolist()) == {1, 2}              # every request finished on a decode instance
+    span = res.span_end_ns - res.span_start_ns
+    assert res.mean_inflight == pytest.approx(res.completed.sum() / span * _e2e(res).mean(), rel=0.02)
+    if home == "hbm":   # each prompt's KV crossed into a decode instance's HBM, from where prefill wrote it
+        assert res.handover_bytes == pytest.approx(float(reqs.input_tokens.sum()) * KV_BYTES_PER_TOKEN)
+        assert res.tier_read_bytes[1] == res.handover_bytes
+    else:               # the decode side attends in the same pool: nothing moves
+        assert res.handover_bytes == 0 and res.tier_read_bytes.sum() == 0
+    # a lone request: TTFT is its prefill; its decode waits for the handover first
+    alone = simulate(poisson(1, 1.0, 1200, 60), sp, COST)
+    assert _ttft(alone)[0] == pytest.approx(COST.iteration_ns(np.array([0]), np.array([1200])))
+    with pytest.raises(ConfigError, match="system.serving.disaggregated"):
+        simulate(reqs, spec(instances=2, disaggregated=True, prefill_instances=1), COST)
+
+
+@pytest.mark.parametrize("system", ["hbm", "pool", "swap", "disaggregated"])
 def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
     reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
     sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
           "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
-          "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap")}[system]
+          "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap"),
+          "disaggregated": spec(instances=3, disaggregated=True, prefill_instances=1, lower="host_dram",
+                                hbm_tokens=6000)}[system]
     fast = simulate(reqs, sp, COST)
     vector = simulate(reqs, sp, VectorLinearCost())          # the cost's own vectorized decode stretch
     monkeypatch.setattr(engine._Engine, "fast_decode", False)

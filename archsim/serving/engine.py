@@ -75,6 +75,7 @@ class ServingResult:
     tier_write_bytes: np.ndarray   # float64[tiers]: KV written into each tier (prefill/decode, write-through)
     swap_out_bytes: float          # KV of preempted sequences moved down (preemption: swap)
     swap_in_bytes: float
+    handover_bytes: float          # KV a decode instance loaded from a prefill instance (disaggregation)
     link_bytes: dict[str, float]
     link_busy_ns: dict[str, float]
     peak_pinned_blocks: np.ndarray  # int64[tiers]: most blocks running sequences held in one copy of the tier
@@ -139,9 +140,9 @@ class _Engine:
 
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
         validate(spec)
-        if spec.disaggregated:
-            raise ConfigError("prefill/decode disaggregation is not modelled by the engine yet",
-                              where="system.serving.disaggregated")
+        if spec.disaggregated and spec.kv_home == 0 and len(spec.tiers) < 2:
+            raise ConfigError("prefill/decode disaggregation hands KV over through a tier below HBM; the system "
+                              "has none", where="system.serving.disaggregated")
         if table.block_tokens != spec.block_tokens:
             raise ConfigError(f"the requests are keyed in blocks of {table.block_tokens} tokens, the system "
                               f"uses {spec.block_tokens}", where="system.serving.block_tokens")
@@ -218,6 +219,8 @@ class _Engine:
         self.res = np.zeros(n, dtype=np.int64)          # view tier of its KV (0: the home; 1: streamed below)
         self.streams = np.zeros(n, dtype=bool)
         self.swapped = np.zeros(n, dtype=bool)
+        self.handed = np.zeros(n, dtype=bool)           # prefilled, waiting for a decode instance to take it
+        self.took_over = False
         self.looked_up = np.zeros(n, dtype=bool)
         self.admit_cached = np.zeros(n, dtype=np.int64)   # blocks present (hit or loaded) at admission
         # a request that found no room is not looked at again until some sequence releases blocks
@@ -255,7 +258,9 @@ class _Engine:
         self.min_think_ns = float(self.table.think_ns[later].min()) if later.any() else math.inf
         self.iterations = self.arrivals = self.completions = 0
         self.tokens_emitted = self.tokens_computed = 0     # output tokens sampled; tokens whose KV was computed
-        self.swap_out_bytes = self.swap_in_bytes = 0.0
+        self.swap_out_bytes = self.swap_in_bytes = self.handover_bytes = 0.0
+        # disaggregation: instances [0, prefill_instances) prefill, the rest decode
+        self.routable = self.spec.prefill_instances if self.spec.disaggregated else self.spec.instances
         self.inflight = 0
         self.inflight_area = 0.0
         self.inflight_t = 0.0
@@ -329,7 +334,7 @@ class _Engine:
             nx = int(self.next_turn[nx])
 
     def _route(self, r: int) -> int:
-        k = self.spec.instances
+        k = self.routable
         if k == 1:
             return 0
         router = self.spec.router
@@ -338,7 +343,7 @@ class _Engine:
             self.rr_next = (i + 1) % k
             return i
         if router == "least_loaded":
-            return int(np.argmin(self.queued_tokens))
+            return int(np.argmin(self.queued_tokens[:k]))
         keys = self._prompt_keys(r)
         best, best_key = 0, None
         for i in range(k):
@@ -413,7 +418,11 @@ class _Engine:
                 budget -= chunk
             waiting.popleft()
         if not ids:
+            if self.took_over:           # it joins the batch now: build again with it running
+                self.took_over = False
+                return self._build_batch(i, t)
             return None
+        self.took_over = False
         ids_arr = np.array(ids, dtype=np.int64)
         decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any()
         return ids_arr, np.array(news, dtype=np.int64), np.array(prefill, dtype=bool), decode_only
@@ -427,7 +436,8 @@ class _Engine:
         bound = self.heap[0][0] if self.heap else math.inf
         if self.iter_heap:
             others = self.iter_heap[0][0]
-            bound = min(bound, others if self.base > 0 else others + self.min_think_ns)
+            coupled = self.base > 0 or self.routable < self.spec.instances
+            bound = min(bound, others if coupled else others + self.min_think_ns)
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
         left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
@@ -576,6 +586,8 @@ class _Engine:
             return None                        # nothing was released since it last found no room
         if self.swapped[r]:
             return self._swap_in(i, r, t)
+        if self.handed[r]:
+            return self._take_over(i, r, t)
         view, v = self.views[i], int(self.res[r])
         keys = self._prompt_keys(r)
         # the cache's counters and recency see each request's first look only (a retry is a peek)
@@ -653,7 +665,39 @@ class _Engine:
         self.load_start[r] = t
         self.nloading[i] += 1
 
-    def _swap_in(self, i: int, r: int, t: float) -> int | None:
+    def _take_over(self, i: int, r: int, t: float) -> int | None:
+        """A decode instance takes a prefilled sequence: its KV comes over the link of the tier below HBM (the
+        prefill wrote it there), or stays where it is when it lives in a shared tier (a pool)."""
+        self.handed[r] = False
+        if self.base + self.res[r] > 0:
+            self.state[r] = RUNNING
+            self.running[i].append(r)
+            self.took_over = True
+            return 0
+        taken = self._swap_in(i, r, t, handover=True)
+        if taken is None:
+            self.handed[r] = True
+        return taken
+
+    def _hand_over(self, i: int, r: int, t: float) -> None:
+        """Disaggregation: a prefill instance passes a prefilled sequence to the least loaded decode instance."""
+        self.running[i].remove(r)
+        if self.base + self.res[r] == 0:           # its HBM copy stays cached here; the decode side loads it
+            self.views[i].unpin(self._seq_keys(r, int(self.nheld[r])), 0)
+            self.nheld[r] = 0
+            self.release_epoch += 1
+        d = self.routable + int(np.argmin(self.queued_tokens[self.routable:]))
+        total = self.in_tokens[r] + self.out_tokens[r]
+        self.queued_tokens[i] -= total
+        self.queued_tokens[d] += total
+        self.inst[r] = d
+        self.state[r] = WAITING
+        self.handed[r] = True
+        self.blocked_epoch[r] = -1                 # what held it back on the prefill side does not hold here
+        self.waiting[d].append(r)
+        self._schedule(d, t)
+
+    def _swap_in(self, i: int, r: int, t: float, handover: bool = False) -> int | None:
         v = int(self.res[r])
         nblocks = -(-int(self.ctx[r] + 1) // self.bt)
         keys = self._seq_keys(r, nblocks)
@@ -667,7 +711,10 @@ class _Engine:
         self.tier_read[below] += size
         self.tier_write[self.base + v] += size
         self._transfer(below, size, X_SWAP_IN, r, t)
-        self.swap_in_bytes += size
+        if handover:
+            self.handover_bytes += size
+        else:
+            self.swap_in_bytes += size
         self.xfers_left[r] = 1
         self.swapped[r] = False
         self.state[r] = LOADING
@@ -735,6 +782,9 @@ class _Engine:
         finished = ids[self.out_done[ids] >= self.out_tokens[ids]]
         for r in finished.tolist():
             self._complete(i, r, t)
+        if i < self.routable < self.spec.instances and len(filled):
+            for r in filled[self.out_done[filled] < self.out_tokens[filled]].tolist():
+                self._hand_over(i, r, t)
         self._schedule(i, t)
         if len(finished) and (self.base > 0 or self.streams[finished].any()):
             for j in range(self.spec.instances):       # room freed in a shared tier
@@ -873,6 +923,7 @@ class _Engine:
             completed=self.state == DONE, rejected=self.rejected, streamed=self.streams.copy(),
             preemptions=self.preemptions, tier_read_bytes=self.tier_read.copy(), tier_write_bytes=tier_write,
             swap_out_bytes=self.swap_out_bytes, swap_in_bytes=self.swap_in_bytes,
+            handover_bytes=self.handover_bytes,
             link_bytes=link_bytes, link_busy_ns={name: self.links.counters(name).busy_ns for name in self.link_spec},
             peak_pinned_blocks=self.peak_pinned.copy(), capacity_blocks=self.cap_blocks.copy(),
             iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
