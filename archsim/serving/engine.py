@@ -597,10 +597,11 @@ class _Engine:
         if v > 0:                              # a streamed sequence reads its KV from tier v, not from HBM
             found = int(np.argmin(np.append(hits[:found] >= v, False)))
         pend = self.pending[i]
-        for b in range(found):                 # a block whose KV is still being computed is no hit yet
-            if int(keys[b]) in pend[hits[b]]:
-                found = b
-                break
+        if any(pend):                          # a block whose KV is still being computed is no hit yet
+            for b, (key, w) in enumerate(zip(keys[:found].tolist(), hits[:found].tolist(), strict=True)):
+                if key in pend[w]:
+                    found = b
+                    break
         hits = hits[:found]
         free = hits <= v
         lead = int(np.argmin(np.append(free, False)))
@@ -609,14 +610,18 @@ class _Engine:
         nblocks = -(-int(self.target[r]) // self.bt)
         seq_keys = self._seq_keys(r, nblocks)
         tier = view.tiers[v]
-        if list(map(tier.pin_count, seq_keys.tolist())).count(0) > tier.room_blocks():
+        if nblocks > tier.room_blocks() and \
+                list(map(tier.pin_count, seq_keys.tolist())).count(0) > tier.room_blocks():
             self.blocked_epoch[r] = self.release_epoch
             return None
         new_tokens = int(self.target[r]) - cached_blocks * self.bt
         if not use_load and not self.spec.chunked_prefill and new_tokens > budget:
             return None
-        ok = view.promote(seq_keys[:cached_blocks], v, pin=True) and \
-            view.insert(seq_keys[cached_blocks:], v, pin=True)
+        if use_load:                           # the cache counts the loaded blocks as promotions
+            ok = view.promote(seq_keys[:cached_blocks], v, pin=True) and \
+                view.insert(seq_keys[cached_blocks:], v, pin=True)
+        else:
+            ok = view.insert(seq_keys, v, pin=True)
         if not ok:
             raise AssertionError(f"request {r}: its blocks were counted to fit")
         if not self.preemptions[r]:            # what the request found when it was admitted

@@ -57,7 +57,7 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
         "requests_completed": int(result.completed.sum()),
         "requests_measured": int(len(ids)),
         "requests_rejected": int((result.rejected > 0).sum()),
-        "requests_streamed": int(result.streamed[result.completed | (result.rejected == 0)].sum()),
+        "requests_streamed": int(result.streamed.sum()),
         "preemptions": int(result.preemptions.sum()),
         "ttft_ms": distribution_ms(ttft),
         "tpot_ms": distribution_ms(tpot),

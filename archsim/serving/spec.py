@@ -17,6 +17,11 @@ DECODE_MODES = ("load", "stream")
 
 
 class IterationCost(Protocol):
+    """What one iteration costs. A cost may also define `decode_steps_ns(cached_tokens, steps) -> ndarray`:
+    the durations of `steps` decode iterations of one batch, sequence s holding cached_tokens[s] + j tokens at
+    step j, equal to iteration_ns(cached_tokens + j, ones) for each j; the engine then prices a stretch of pure
+    decode in one call instead of one per iteration (docs/serving-engine.md)."""
+
     def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray) -> float:
         """One iteration of one model instance on a mixed batch: sequence s has cached_tokens[s] tokens of KV
         already and computes new_tokens[s] tokens now (decode: 1; a prefill chunk: the chunk)."""
