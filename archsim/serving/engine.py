@@ -832,7 +832,8 @@ class _Engine:
         self.span_end = max(self.span_end, t)
         nx = int(self.next_turn[r])
         if nx >= 0:
-            self._write_through(i, r, keys[:int(self.ctx[r] // self.bt)], t)
+            # the output's blocks (the prompt's went down when its prefill finished)
+            self._write_through(i, r, keys[int(self.in_tokens[r] // self.bt):int(self.ctx[r] // self.bt)], t)
             self.arrival[nx] = t + float(self.table.think_ns[nx])
             self._push(float(self.arrival[nx]), EV_ARRIVAL, nx)
 
