@@ -29,7 +29,7 @@ Unknown keys, missing keys, bad units and inconsistent values are ConfigErrors n
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.energy import EnergyTable
 from archsim.errors import ConfigError
+from archsim.gpu.preset import GpuPreset, load_gpu_preset
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
 from archsim.resources import data_path
@@ -69,6 +70,9 @@ class GpuConfig:
     memory_utilization: float  # share of HBM the serving engine may use (weights + KV + workspace)
     clock_GHz: float  # only to express latencies in GPU cycles
     endpoint: str  # the topology endpoint group holding the GPUs
+    # the calibrated kernel model (configs/gpus/NAME.yaml), its datasheet values replaced by the ones above;
+    # None: the non-attention work is an ideal roofline and tensor-parallel all-reduces are left out
+    preset: GpuPreset | None = None
 
 
 @dataclass(frozen=True)
@@ -214,9 +218,11 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
 
 
 def _parse_gpus(s: Section) -> GpuConfig:
+    preset = _gpu_preset(s) if s.has("preset") else None
     count = s.int("count", minimum=1)
-    tflops = s.float("peak_TFLOPS")
-    bandwidth = s.parsed("hbm_bandwidth", parse_bandwidth_GBps)
+    tflops = s.float("peak_TFLOPS", preset.peak_TFLOPS) if preset else s.float("peak_TFLOPS")
+    bandwidth = (s.parsed("hbm_bandwidth", parse_bandwidth_GBps) if s.has("hbm_bandwidth") or preset is None
+                 else preset.hbm_bandwidth_GBps)
     capacity = s.parsed("hbm_capacity", parse_size_bytes)
     utilization = s.float("memory_utilization", 0.9)
     clock = s.parsed("clock", parse_frequency_ghz)
@@ -228,7 +234,18 @@ def _parse_gpus(s: Section) -> GpuConfig:
             raise s.error(key, f"must be positive, got {value}")
     if not 0 < utilization <= 1:
         raise s.error("memory_utilization", f"must lie in (0, 1], got {utilization}")
-    return GpuConfig(count, tflops, bandwidth, capacity, utilization, clock, endpoint)
+    if preset is not None:  # a datasheet value given here (a what-if GPU) scales the calibrated model
+        preset = replace(preset, peak_TFLOPS=tflops, hbm_bandwidth_GBps=bandwidth)
+    return GpuConfig(count, tflops, bandwidth, capacity, utilization, clock, endpoint, preset)
+
+
+def _gpu_preset(s: Section) -> GpuPreset:
+    try:
+        return load_gpu_preset(s.str("preset"))
+    except ConfigError as err:
+        if err.file:  # the preset file itself is malformed: its own file and key
+            raise
+        raise s.error("preset", err.detail) from None
 
 
 def _parse_interconnect(root: Section, file: str | None) -> Topology:
