@@ -68,6 +68,7 @@ class StepResult:
     sampling: dict[str, Any] = field(default_factory=dict)
     tokens: int = 0  # tokens one step produces (sequences over all instances)
     gpu_clock_GHz: float = 1.0
+    allreduce_stretch: float = 1.0  # the all-reduces' bandwidth slowdown on a fabric shared with pool traffic
 
     @property
     def ok(self) -> bool:
@@ -183,6 +184,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     gpu_time = gpu_layer_time(workload.shape, workload.dtype, workload.batch, workload.batch, tp, gpus, work,
                               allreduce_stretch=stretch)
     t_kernels, t_allreduce = gpu_time.kernels_ns, gpu_time.allreduce_ns
+    result.allreduce_stretch = stretch
     t_weights = t_kernels + t_allreduce  # the GPU's non-attention work of a layer
     t_epilogue = gpu_time.epilogue_ns
     attn_flops_gpu = 2 * geo.layer_macs / gpus_used
