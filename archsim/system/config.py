@@ -48,6 +48,15 @@ from archsim.interconnect import Topology
 from archsim.resources import data_path
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
+from archsim.system.serving_config import (
+    DECODE_MODES,
+    KvTier,
+    ServingConfig,
+    location_of,
+    parse_serving,
+    parse_tiers,
+    shorthand_tiers,
+)
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes
 
 CONFIGS_DIR = data_path("configs")
@@ -144,6 +153,9 @@ class SystemConfig:
     energy: EnergyTable
     file: str | None
     kv_device: str | None = None  # `store` locations: ddr5 or nvme (None: no device energy counted)
+    kv_tiers: tuple[KvTier, ...] = ()  # fastest first, tier 0 the GPUs' HBM (kv.tiers, or kv.location's)
+    kv_decode: str = "load"  # serving: load a remote prefix into HBM once, or stream the KV every step
+    serving: ServingConfig | None = None
 
     def gpu_endpoints(self, n: int) -> list[str]:
         """The first `n` GPU endpoints of the topology group (checked at load time)."""
@@ -174,13 +186,23 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     description = root.str("description", "")
     gpus = _parse_gpus(root.sub("gpus"))
     kv = root.sub("kv")
-    location = kv.choice("location", KV_LOCATIONS)
-    endpoint = kv.str("endpoint") if location != "gpu" else None
-    capacity = kv.parsed("capacity", parse_size_bytes) if location == "store" else None
-    device = kv.choice("device", KV_DEVICES) if location == "store" and kv.has("device") else None
-    kv.done()
     attention = root.choice("attention", ATTENTION_PLACES)
     topology = _parse_interconnect(root, file) if root.has("interconnect") else None
+    kv_decode = kv.choice("decode", DECODE_MODES, "load")
+    if kv.has("tiers"):
+        if kv.has("location"):
+            raise kv.error("location", "give either kv.tiers or its one-tier shorthand kv.location, not both")
+        tiers = parse_tiers(kv.raw("tiers"), kv.where("tiers"), file, attention)
+        location, endpoint, capacity, device = location_of(tiers)
+    else:
+        location = kv.choice("location", KV_LOCATIONS)
+        endpoint = kv.str("endpoint") if location != "gpu" else None
+        capacity = kv.parsed("capacity", parse_size_bytes) if location == "store" else None
+        device = kv.choice("device", KV_DEVICES) if location == "store" and kv.has("device") else None
+        over_ethernet = topology is not None and endpoint is not None and _over_ethernet(topology, endpoint)
+        tiers = shorthand_tiers(location, endpoint, capacity, device, attention, over_ethernet)
+    kv.done()
+    serving = parse_serving(root.sub("serving", {}))
     if topology is None and location != "gpu":
         raise root.error("interconnect", "missing: the KV lives outside the GPUs, so a link must reach it")
     pool = _parse_pool(root.sub("pool"), file) if root.has("pool") else None
@@ -213,8 +235,20 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
                          f"memory at peak rate: use 0 (whole streams) or >= {min_window_requests(pool.memory)}")
     if topology is not None:
         _check_endpoints(topology, gpus, endpoint, root)
+    for i, t in enumerate(tiers):
+        if t.endpoint is not None and topology is not None and t.endpoint not in topology.endpoints:
+            raise root.error(f"kv.tiers[{i}].endpoint", f"the interconnect has no endpoint {t.endpoint!r}")
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
-                        gpu_fetch, sampling, qos, energy, file, device)
+                        gpu_fetch, sampling, qos, energy, file, device, tiers, kv_decode, serving)
+
+
+def _over_ethernet(topology: Topology, endpoint: str) -> bool:
+    """A store reached over an Ethernet (RoCE) hop is a remote memory pool (RDMA), not host DRAM."""
+    gpu = next(iter(topology.endpoints))
+    try:
+        return any(h.link.protocol == "ethernet" for h in topology.route(endpoint, gpu).hops)
+    except ConfigError:
+        return False
 
 
 def _parse_gpus(s: Section) -> GpuConfig:

@@ -67,12 +67,13 @@ class GpuLayerTime:
 
 
 def gpu_layer_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int, gpu: GpuConfig,
-                   work: GpuWork, allreduce_stretch: float = 1.0) -> GpuLayerTime:
+                   work: GpuWork | None, allreduce_stretch: float = 1.0) -> GpuLayerTime:
     """`tokens` new tokens of `sequences` sequences on one model instance of `tp` GPUs (work: roofline inputs).
+    `work` (the roofline's inputs) is only read without a preset (None: built here).
     `allreduce_stretch` > 1 divides the all-reduces' bus bandwidth (other traffic on their fabric); their
     latency and floor stay."""
-    per_gpu = work.per_gpu(tp)
     if gpu.preset is None:
+        per_gpu = (work or gpu_work(shape, dtype, tokens, dtype_bytes(dtype))).per_gpu(tp)
         return GpuLayerTime(roofline_ns(per_gpu.layer_weight_bytes, per_gpu.layer_flops, gpu), 0.0,
                             roofline_ns(per_gpu.epilogue_weight_bytes, per_gpu.epilogue_flops, gpu), False)
     preset = gpu.preset

@@ -23,13 +23,15 @@ The decode part is the expensive one (DRAM replay); archsim.serving.costs tabula
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
 from archsim.errors import ConfigError
-from archsim.system.config import SystemConfig
+from archsim.models import ModelShape, dtype_bytes
+from archsim.system.config import GpuConfig, SystemConfig
 from archsim.system.decode import StepResult, simulate_step
-from archsim.system.gpu import gpu_layer_time, gpu_work, roofline_ns
+from archsim.system.gpu import GpuLayerTime, gpu_layer_time, gpu_work, roofline_ns
 from archsim.system.kvstream import kv_geometry
 from archsim.system.links import analytic_share_GBps
 from archsim.system.workload import Workload
@@ -73,8 +75,8 @@ def decode_terms(system: SystemConfig, workload: Workload, sequences: int, conte
 
 def mixed_step(system: SystemConfig, workload: Workload, cached_tokens: np.ndarray, new_tokens: np.ndarray,
                terms: DecodeTerms | None = None) -> MixedStep:
-    """One iteration of one instance on the mix; `terms`: the decode part's DecodeTerms at (d, mean context)
-    (None: run the decode-step model now)."""
+    """One iteration of one instance on the mix; `terms`: the decode part's DecodeTerms at d decode
+    sequences of their mean context, rounded down (None: run the decode-step model now)."""
     cached = np.asarray(cached_tokens, dtype=np.int64)
     new = np.asarray(new_tokens, dtype=np.int64)
     if cached.shape != new.shape or cached.size == 0 or np.any(new <= 0) or np.any(cached < 0):
@@ -82,7 +84,7 @@ def mixed_step(system: SystemConfig, workload: Workload, cached_tokens: np.ndarr
     decoding = new == 1
     d = int(decoding.sum())
     if d and terms is None:
-        terms = decode_terms(system, workload, d, int(round(float(cached[decoding].mean()))))
+        terms = decode_terms(system, workload, d, int(cached[decoding].sum()) // d)
     return _compose(system, workload, cached, new, decoding, terms)
 
 
@@ -91,9 +93,8 @@ def _compose(system: SystemConfig, workload: Workload, cached: np.ndarray, new: 
     shape, gpus, tp = workload.shape, system.gpus, workload.tensor_parallel
     L = shape.num_layers
     tokens, sequences = int(new.sum()), int(new.size)
-    work = gpu_work(shape, workload.dtype, tokens, workload.element_bytes)
     stretch = terms.allreduce_stretch if terms is not None else 1.0
-    gpu = gpu_layer_time(shape, workload.dtype, tokens, sequences, tp, gpus, work, allreduce_stretch=stretch)
+    gpu = _gpu_time(shape, workload.dtype, tokens, sequences, tp, gpus, stretch)
     prefill = _prefill_layer_ns(system, workload, cached[~decoding], new[~decoding])
     # the GPUs' own work of the layer: kernels, all-reduces, prefill attention
     own = {"gpu_weights": gpu.kernels_ns, "allreduce": gpu.allreduce_ns,
@@ -119,6 +120,15 @@ def _compose(system: SystemConfig, workload: Workload, cached: np.ndarray, new: 
     parts.update({"epilogue": gpu.epilogue_ns, "exposed_latency": exposed})
     total = sum(parts.values())
     return MixedStep(total, {k: v for k, v in parts.items() if v}, terms.step if terms else None)
+
+
+@lru_cache(maxsize=1 << 16)
+def _gpu_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int, gpus: GpuConfig,
+              stretch: float) -> GpuLayerTime:
+    """gpu_layer_time, memoized: a serving run asks for the same batch sizes over and over."""
+    # the roofline inputs are only needed without a calibrated preset (building them walks every operator)
+    work = gpu_work(shape, dtype, tokens, dtype_bytes(dtype)) if gpus.preset is None else None
+    return gpu_layer_time(shape, dtype, tokens, sequences, tp, gpus, work, allreduce_stretch=stretch)
 
 
 def _decode_hbm_work(workload: Workload, cached: np.ndarray) -> tuple[float, float]:
