@@ -45,7 +45,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     wheel = next((root / "dist").glob("archsim-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     for shipped in ("archsim/_data/configs/systems/g25.yaml", "archsim/_data/isa/kernels/gqa_decode.s",
-                    "archsim/_data/traces/kv_decode_hbm3.npz", "archsim/dram/standards/HBM3.yaml"):
+                    "archsim/_data/traces/kv_decode_hbm3.npz", "archsim/dram/standards/HBM3.yaml",
+                    "archsim/_data/configs/scenarios/multiturn.yaml",
+                    "archsim/_data/configs/scenarios/mooncake_output_lengths.csv",
+                    "archsim/_data/traces/mooncake_sample.jsonl", "archsim/_data/traces/LICENSE-mooncake-APACHE"):
         assert shipped in names
     assert not [n for n in names if n.endswith((".nbi", ".nbc", ".pyc"))]  # no compiled code or cache ships
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(root / "venv")

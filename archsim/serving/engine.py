@@ -1,0 +1,813 @@
+"""Discrete-event continuous batching (issue 19): a RequestTable served by a system's ServingSpec, each iteration
+priced by an IterationCost.
+
+Per model instance a vLLM-style scheduler: a waiting queue (FCFS; preempted sequences go back to its front) and
+a running list in admission order. Each iteration spends a token budget (`max_batch_tokens`) on the decode token
+of every running sequence first, then on prefills already under way, then on new admissions while the sequence
+limit (`max_batch_seqs`) and the room of the tier where KV lives allow; without chunked prefill a prompt is
+prefilled whole in one iteration, with it in chunks of what is left of the budget. The prefill iteration samples
+the first output token (as vLLM does), every later iteration one more. When a decode sequence needs a new block
+and its tier is full, the most recently admitted decode sequence is preempted (recompute: its KV is dropped and
+it re-prefills prompt + generated tokens; swap: its KV moves to the next tier over that tier's link and back).
+
+KV lives in blocks of `block_tokens` in the KV home (`spec.kv_home`: HBM, per instance; or a PNM pool, shared),
+held in the TieredPrefixCache of each instance (its own HBM, the lower tiers shared). On admission the prompt's
+blocks are looked up: blocks in the home are free; blocks in a lower tier are either loaded over that tier's
+link (a processor-sharing transfer, so concurrent loads slow each other; the sequence joins the batch when its
+load lands) or recomputed, whichever the costs say is faster; misses are prefilled. Prefill writes its KV
+through to the tier below HBM, and a finished turn writes its output blocks, so later turns and other instances
+hit them. A sequence whose KV alone exceeds HBM lives in the tier below and streams: its KV is re-read over the
+link every iteration it is in (as is everyone's with `decode: stream`); such an iteration lasts until both the
+GPU work and the stream are done (per-layer overlap).
+
+Per-request state is numpy arrays indexed by request id; ties between events at one instant are broken by
+kind (transfers land, then iterations end, then arrivals) and then by id, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from archsim.errors import ArchsimError, ConfigError
+from archsim.serving.kvcache import LRUTier, TieredPrefixCache
+from archsim.serving.pslink import PSLink
+from archsim.serving.requests import RequestTable
+from archsim.serving.spec import IterationCost, ServingSpec, validate
+
+ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
+EV_XFER, EV_LINK, EV_ITER, EV_ARRIVAL = range(4)      # tie order at one instant
+X_LOAD, X_SWAP_IN, X_ITER, X_WRITE = range(4)         # what a finished transfer wakes
+REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    """One run: per-request arrays (NaN where a request never got there) and run totals."""
+
+    spec: ServingSpec
+    arrival_ns: np.ndarray
+    first_token_ns: np.ndarray
+    last_token_ns: np.ndarray
+    queueing_ns: np.ndarray        # TTFT = queueing + kv_load + prefill, exactly
+    kv_load_ns: np.ndarray
+    prefill_ns: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    hit_blocks: np.ndarray         # int64[n, tiers]: prompt blocks found per tier at first admission
+    loaded_blocks: np.ndarray      # int64[n, tiers]: blocks loaded from each tier (not recomputed)
+    instance: np.ndarray
+    completed: np.ndarray          # bool[n]
+    rejected: np.ndarray           # int8[n]: 0, or why (REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS)
+    streamed: np.ndarray           # bool[n]
+    preemptions: np.ndarray        # int64[n]
+    tier_read_bytes: np.ndarray    # float64[tiers]: KV read out of each tier (loads, streams, swap-ins)
+    tier_write_bytes: np.ndarray   # float64[tiers]: KV written into each tier (prefill/decode, write-through)
+    link_bytes: dict[str, float]
+    link_busy_ns: dict[str, float]
+    peak_pinned_blocks: np.ndarray  # int64[tiers]: most blocks running sequences held in one copy of the tier
+    capacity_blocks: np.ndarray     # int64[tiers]
+    iterations: int
+    events: int                    # arrivals + iterations + completions
+    inflight_area_ns: float        # integral of (queued + running) requests over time
+    span_start_ns: float           # first arrival
+    span_end_ns: float             # last departure
+    cache_stats: list[dict]
+    wall_s: float
+
+    @property
+    def mean_inflight(self) -> float:
+        span = self.span_end_ns - self.span_start_ns
+        return self.inflight_area_ns / span if span > 0 else 0.0
+
+
+def _wakes(tag: tuple[int, int]) -> bool:
+    return tag[0] != X_WRITE
+
+
+def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost) -> ServingResult:
+    """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish."""
+    return _Engine(table, spec, cost).run()
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Block keys of each request's whole KV (prompt + output): full prompt blocks keep the table's keys, blocks
+    of the output take the next turn's keys (same content) when the next turn keeps the history, the rest get
+    keys of their own (a salted mix of request id and block index). Returns (keys, offsets[n+1])."""
+    bt = table.block_tokens
+    total_tokens = table.input_tokens + np.maximum(table.output_tokens - 1, 0)
+    nblocks = np.maximum(-(-total_tokens // bt), -(-table.input_tokens // bt)).astype(np.int64)
+    offsets = np.zeros(len(table) + 1, dtype=np.int64)
+    np.cumsum(nblocks, out=offsets[1:])
+    rid = np.repeat(np.arange(len(table), dtype=np.uint64), nblocks)
+    index = np.arange(offsets[-1], dtype=np.int64) - offsets[:-1].repeat(nblocks)
+    with np.errstate(over="ignore"):
+        keys = _splitmix64(rid * np.uint64(0xD1B54A32D192ED03) + index.astype(np.uint64) + np.uint64(0x5EED))
+        keys = _splitmix64(keys ^ np.uint64(0xA0761D6478BD642F))
+    for r in range(len(table)):
+        own = table.keys(r)
+        full = int(table.input_tokens[r] // bt)
+        keys[offsets[r]:offsets[r] + full] = own[:full]
+        nx = int(next_turn[r])
+        if nx >= 0:
+            later = table.keys(nx)
+            upto = min(int(total_tokens[r] // bt), len(later), int(nblocks[r]))
+            if upto > full and np.array_equal(later[:full], own[:full]):
+                keys[offsets[r] + full:offsets[r] + upto] = later[full:upto]
+    return keys, offsets
+
+
+class _Engine:
+    def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
+        validate(spec)
+        if spec.disaggregated:
+            raise ConfigError("prefill/decode disaggregation is not modelled by the engine yet",
+                              where="system.serving.disaggregated")
+        if table.block_tokens != spec.block_tokens:
+            raise ConfigError(f"the requests are keyed in blocks of {table.block_tokens} tokens, the system "
+                              f"uses {spec.block_tokens}", where="system.serving.block_tokens")
+        self.table, self.spec, self.cost = table, spec, cost
+        short = np.nonzero((table.input_tokens < 1) | (table.output_tokens < 1))[0]
+        if len(short):
+            raise ArchsimError(f"request {int(short[0])} has {int(table.input_tokens[short[0]])} input and "
+                               f"{int(table.output_tokens[short[0]])} output tokens; both must be at least 1",
+                               where="requests")
+        self.n = n = len(table)
+        self.T = len(spec.tiers)
+        self.bt = spec.block_tokens
+        self.kvb = spec.kv_bytes_per_token
+        self.block_bytes = spec.block_bytes
+        # the tier running sequences' KV lives in: a pnm pool or HBM, or the tier streamed from
+        self.base = spec.kv_home if spec.decode == "load" else spec.kv_home + 1
+        self.stream_all = spec.decode == "stream"
+        self._build_links()
+        self._build_caches()
+        self.in_tokens = table.input_tokens.astype(np.int64)
+        self.out_tokens = table.output_tokens.astype(np.int64)
+        self.next_turn = np.full(n, -1, dtype=np.int64)
+        has_prev = table.prev >= 0
+        self.next_turn[table.prev[has_prev]] = np.nonzero(has_prev)[0]
+        self.ckeys, self.coff = context_keys(table, self.next_turn)
+        self.lookup_blocks = np.maximum(self.in_tokens - 1, 0) // self.bt   # at least one prompt token computes
+        self._init_request_state()
+        self._init_instances()
+
+    # -- construction --------------------------------------------------------------------------------------
+
+    def _build_links(self) -> None:
+        self.links: list[PSLink] = []
+        self.tier_link = np.full(self.T, -1, dtype=np.int64)
+        names: dict[str, int] = {}
+        for t, tier in enumerate(self.spec.tiers):
+            if t == 0 or tier.link is None:
+                continue
+            if tier.link not in names:
+                names[tier.link] = len(self.links)
+                self.links.append(PSLink(tier.link, tier.link_GBps, tier.link_latency_ns))
+            self.tier_link[t] = names[tier.link]
+        self.link_version = [0] * len(self.links)
+
+    def _build_caches(self) -> None:
+        spec = self.spec
+        self.cap_blocks = np.array([spec.capacity_blocks(t) for t in range(self.T)], dtype=np.int64)
+        shared = {t: LRUTier(spec.tiers[t].name, int(self.cap_blocks[t]), self.block_bytes)
+                  for t in range(max(self.base, 1), self.T)}
+        pending_shared = {t: set() for t in shared}
+        self.views: list[TieredPrefixCache] = []
+        self.pending: list[list[set]] = []    # per instance, per view tier: blocks pinned but not yet computed
+        for i in range(spec.instances):
+            tiers, pend = [], []
+            for t in range(self.base, self.T):
+                if t == 0:
+                    tiers.append(LRUTier(f"{spec.tiers[0].name}{i}", int(self.cap_blocks[0]), self.block_bytes))
+                    pend.append(set())
+                else:
+                    tiers.append(shared[t])
+                    pend.append(pending_shared[t])
+            self.views.append(TieredPrefixCache.of_tiers(tiers))
+            self.pending.append(pend)
+        self.peak_pinned = np.zeros(self.T, dtype=np.int64)
+
+    def _init_request_state(self) -> None:
+        n, T = self.n, self.T
+        self.arrival = np.array(self.table.arrival_ns, dtype=np.float64, copy=True)
+        self.state = np.full(n, ARRIVING, dtype=np.int8)
+        self.inst = np.full(n, -1, dtype=np.int64)
+        self.ctx = np.zeros(n, dtype=np.int64)          # tokens whose KV the sequence holds
+        self.target = self.in_tokens.copy()             # tokens to prefill before decoding
+        self.out_done = np.zeros(n, dtype=np.int64)
+        self.nheld = np.zeros(n, dtype=np.int64)        # blocks pinned in its tier (ckeys[:nheld])
+        self.res = np.zeros(n, dtype=np.int64)          # view tier of its KV (0: the home; 1: streamed below)
+        self.streams = np.zeros(n, dtype=bool)
+        self.swapped = np.zeros(n, dtype=bool)
+        self.looked_up = np.zeros(n, dtype=bool)
+        self.admit_cached = np.zeros(n, dtype=np.int64)   # blocks present (hit or loaded) at admission
+        # a request that found no room is not looked at again until some sequence releases blocks
+        self.blocked_epoch = np.full(n, -1, dtype=np.int64)
+        self.release_epoch = 0
+        self.first_ns = np.full(n, np.nan)
+        self.last_ns = np.full(n, np.nan)
+        self.prefill_start = np.full(n, np.nan)
+        self.load_start = np.full(n, np.nan)
+        self.kv_load_ns = np.zeros(n)
+        self.prefill_ns = np.full(n, np.nan)
+        self.queueing_ns = np.full(n, np.nan)
+        self.xfers_left = np.zeros(n, dtype=np.int64)
+        self.hit_blocks = np.zeros((n, T), dtype=np.int64)
+        self.loaded_blocks = np.zeros((n, T), dtype=np.int64)
+        self.rejected = np.zeros(n, dtype=np.int8)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.tier_read = np.zeros(T)
+        self.tier_write = np.zeros(T)
+
+    def _init_instances(self) -> None:
+        k = self.spec.instances
+        self.waiting = [deque() for _ in range(k)]
+        self.running: list[list[int]] = [[] for _ in range(k)]
+        self.nloading = [0] * k
+        self.busy = [False] * k
+        self.parts_left = [0] * k
+        self.batch: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * k
+        self.queued_tokens = np.zeros(k, dtype=np.int64)   # input + output tokens of each instance's requests
+        self.rr_next = 0
+        self.heap: list[tuple[float, int, int, int]] = []        # arrivals and transfers
+        self.iter_heap: list[tuple[float, int, int, int]] = []   # iteration ends, one per busy instance
+        later = self.table.prev >= 0
+        # a finished turn's successor arrives no sooner than this after it (bounds the decode fast path)
+        self.min_think_ns = float(self.table.think_ns[later].min()) if later.any() else math.inf
+        self.iterations = self.arrivals = self.completions = 0
+        self.inflight = 0
+        self.inflight_area = 0.0
+        self.inflight_t = 0.0
+        self.span_start = math.inf
+        self.span_end = -math.inf
+
+    # -- the event loop ------------------------------------------------------------------------------------
+
+    def run(self) -> ServingResult:
+        wall = time.perf_counter()
+        first = np.nonzero(self.table.prev < 0)[0]
+        if np.isnan(self.arrival[first]).any():
+            r = int(first[np.isnan(self.arrival[first])][0])
+            raise ArchsimError(f"request {r} starts a session but has no arrival time", where="requests")
+        for r in first.tolist():
+            heapq.heappush(self.heap, (float(self.arrival[r]), EV_ARRIVAL, r, 0))
+        heap, iters = self.heap, self.iter_heap
+        while heap or iters:
+            if iters and (not heap or iters[0] < heap[0]):
+                t, kind, a, b = heapq.heappop(iters)
+            else:
+                t, kind, a, b = heapq.heappop(heap)
+            if kind == EV_ITER:
+                self._iteration_part_done(a, t)
+            elif kind == EV_ARRIVAL:
+                self._arrive(a, t)
+            elif kind == EV_LINK:
+                self._link_check(a, b, t)
+            else:
+                self._transfer_done(a, b, t)
+        self._check_finished()
+        return self._result(time.perf_counter() - wall)
+
+    def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
+        heapq.heappush(self.heap, (t, kind, a, b))
+
+    def _count_inflight(self, t: float, delta: int) -> None:
+        self.inflight_area += self.inflight * (t - self.inflight_t)
+        self.inflight_t = t
+        self.inflight += delta
+
+    # -- arrivals and routing ------------------------------------------------------------------------------
+
+    def _arrive(self, r: int, t: float) -> None:
+        self.arrivals += 1
+        spec = self.spec
+        total = int(self.in_tokens[r] + self.out_tokens[r])
+        need_blocks = -(-(total - 1) // self.bt)
+        if total > spec.max_context_tokens:
+            self._reject(r, REJECT_CONTEXT)
+            return
+        if need_blocks <= self.cap_blocks[self.base]:
+            self.streams[r] = self.stream_all
+        elif self.base == 0 and self.T > 1 and need_blocks <= self.cap_blocks[1]:
+            self.res[r], self.streams[r] = 1, True
+        else:
+            self._reject(r, REJECT_CAPACITY)
+            return
+        self.span_start = min(self.span_start, t)
+        self._count_inflight(t, +1)
+        self.state[r] = WAITING
+        i = self._route(r)
+        self.inst[r] = i
+        self.queued_tokens[i] += total
+        self.waiting[i].append(r)
+        self._schedule(i, t)
+
+    def _reject(self, r: int, why: int) -> None:
+        self.state[r], self.rejected[r] = REJECTED, why
+        nx = int(self.next_turn[r])
+        while nx >= 0:        # a later turn of the session never arrives
+            self.state[nx], self.rejected[nx] = REJECTED, REJECT_PREVIOUS
+            nx = int(self.next_turn[nx])
+
+    def _route(self, r: int) -> int:
+        k = self.spec.instances
+        if k == 1:
+            return 0
+        router = self.spec.router
+        if router == "round_robin":
+            i = self.rr_next
+            self.rr_next = (i + 1) % k
+            return i
+        if router == "least_loaded":
+            return int(np.argmin(self.queued_tokens))
+        keys = self._prompt_keys(r)
+        best, best_key = 0, None
+        for i in range(k):
+            hits = self.views[i].lookup(keys, record=False)
+            held = int(np.argmin(np.append(hits, -1) == 0)) if self.base == 0 else 0   # leading run in HBM
+            key = (-held, int(self.queued_tokens[i]), i)
+            if best_key is None or key < best_key:
+                best, best_key = i, key
+        return best
+
+    def _prompt_keys(self, r: int) -> np.ndarray:
+        lo = self.coff[r]
+        return self.ckeys[lo:lo + self.lookup_blocks[r]]
+
+    def _seq_keys(self, r: int, blocks: int) -> np.ndarray:
+        lo = self.coff[r]
+        return self.ckeys[lo:lo + blocks]
+
+    # -- scheduling one iteration --------------------------------------------------------------------------
+
+    def _schedule(self, i: int, t: float) -> None:
+        """Start instance i's next iteration if it is idle; pure decode stretches run on the fast path."""
+        if self.busy[i]:
+            return
+        while True:
+            batch = self._build_batch(i, t)
+            if batch is None:
+                return
+            ids, news, prefill, decode_only = batch
+            if decode_only:
+                t_after = self._fast_decode(i, t, ids)
+                if t_after > t:
+                    t = t_after
+                    continue
+            self._start_iteration(i, t, ids, news, prefill)
+            return
+
+    def _build_batch(self, i: int, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
+        """Decode tokens first, then prefills under way, then admissions, within the token budget. The flag
+        says the batch is every running sequence decoding from the home tier with nothing left to admit."""
+        run = self.running[i]
+        budget = self.spec.max_batch_tokens
+        ids: list[int] = []
+        news: list[int] = []
+        prefill: list[bool] = []
+        if run:
+            self._grow_decoders(i, t)
+            arr = np.array(run, dtype=np.int64)
+            decoding = arr[self.ctx[arr] >= self.target[arr]][:budget]
+            ids.extend(decoding.tolist())
+            news.extend([1] * len(decoding))
+            prefill.extend([False] * len(decoding))
+            budget -= len(decoding)
+            for r in arr[self.ctx[arr] < self.target[arr]].tolist():
+                if budget <= 0:
+                    break
+                chunk = int(self.target[r] - self.ctx[r])
+                if self.spec.chunked_prefill:
+                    chunk = min(chunk, budget)
+                elif chunk > budget:
+                    continue
+                self._add_prefill(r, chunk, t, ids, news, prefill)
+                budget -= chunk
+        waiting = self.waiting[i]
+        while waiting and budget > 0 and len(run) + self.nloading[i] < self.spec.max_batch_seqs:
+            chunk = self._admit(i, waiting[0], t, budget)
+            if chunk is None:
+                break
+            if chunk:
+                self._add_prefill(waiting[0], chunk, t, ids, news, prefill)
+                budget -= chunk
+            waiting.popleft()
+        if not ids:
+            return None
+        ids_arr = np.array(ids, dtype=np.int64)
+        decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any()
+        return ids_arr, np.array(news, dtype=np.int64), np.array(prefill, dtype=bool), decode_only
+
+    def _fast_decode(self, i: int, t: float, ids: np.ndarray) -> float:
+        """Run decode iterations of the unchanged batch `ids` back to back, up to (not into) the iteration
+        in which a sequence finishes, a block the tier cannot give, or the next event that could change this
+        instance's batch (an arrival, a transfer, or any iteration end when instances share KV room or a
+        finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
+        the same iterations, at the same times, as the event-by-event path."""
+        bound = self.heap[0][0] if self.heap else math.inf
+        if self.iter_heap:
+            others = self.iter_heap[0][0]
+            bound = min(bound, others if self.base > 0 else others + self.min_think_ns)
+        ctx = self.ctx[ids]
+        held_tokens = self.nheld[ids] * self.bt
+        left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
+        ones = np.ones(len(ids), dtype=np.int64)
+        view, bt = self.views[i], self.bt
+        done = 0
+        while done < left:
+            room = held_tokens - ctx          # tokens each sequence can still append without a new block
+            if not room.min():                # some sequence starts a block: give it one, if the tier can
+                for s in np.nonzero(room == 0)[0].tolist():
+                    g = int(ids[s])
+                    if not view.insert(self._seq_keys(g, int(self.nheld[g]) + 1)[-1:], int(self.res[g]), pin=True):
+                        left = done           # a preemption is needed: the normal path does it
+                        break
+                    self.nheld[g] += 1
+                    held_tokens[s] += bt
+                self._note_pinned(i, int(self.res[ids[0]]))
+                continue
+            for _ in range(min(int(room.min()), left - done)):
+                compute_ns = float(self.cost.iteration_ns(ctx, ones))
+                if t + compute_ns >= bound:
+                    left = done
+                    break
+                t += compute_ns
+                ctx += 1
+                done += 1
+        if done:
+            self.ctx[ids] = ctx
+            self.out_done[ids] += done
+            self.iterations += done
+            self.tier_write[self.base] += float(done * len(ids) * self.kvb)
+            if self.base > 0:
+                link = self.links[self.tier_link[self.base]]
+                link.bytes_total += float(done * len(ids) * self.kvb)
+        return t
+
+    def _add_prefill(self, r: int, chunk: int, t: float, ids: list, news: list, prefill: list) -> None:
+        if np.isnan(self.prefill_start[r]):
+            self.prefill_start[r] = t
+        ids.append(r)
+        news.append(chunk)
+        prefill.append(True)
+
+    def _grow_decoders(self, i: int, t: float) -> None:
+        """Give every decode sequence whose next token starts a block that block, preempting when full."""
+        run = self.running[i]
+        arr = np.array(run, dtype=np.int64)
+        grow = arr[(self.ctx[arr] >= self.target[arr]) & (self.ctx[arr] + 1 > self.nheld[arr] * self.bt)]
+        view = self.views[i]
+        for g in grow.tolist():
+            if self.state[g] != RUNNING:
+                continue
+            key = self._seq_keys(g, int(self.nheld[g]) + 1)[-1:]
+            while not view.insert(key, int(self.res[g]), pin=True):
+                victim = self._victim(i)
+                self._preempt(i, victim, t)
+                if victim == g:
+                    break
+            else:
+                self.nheld[g] += 1
+                self._note_pinned(i, int(self.res[g]))
+
+    def _victim(self, i: int) -> int:
+        """The most recently admitted decode sequence (its prompt KV is complete, so caching it stays valid)."""
+        for r in reversed(self.running[i]):
+            if self.ctx[r] >= self.target[r]:
+                return r
+        raise AssertionError("a growing sequence is itself a decode sequence")
+
+    def _preempt(self, i: int, r: int, t: float) -> None:
+        self.running[i].remove(r)
+        self.preemptions[r] += 1
+        v = int(self.res[r])
+        self.views[i].unpin(self._seq_keys(r, int(self.nheld[r])), v)
+        self.release_epoch += 1
+        below = self.base + v + 1
+        if self.spec.preemption == "swap" and below < self.T:
+            size = float(self.ctx[r] * self.kvb)
+            self._transfer(below, size, X_WRITE, r, t)
+            self.tier_write[below] += size
+            self.swapped[r] = True
+        else:                                  # recompute: prefill prompt + generated tokens again
+            self.target[r] = self.in_tokens[r] + self.out_done[r]
+            self.ctx[r] = 0
+        self.nheld[r] = 0
+        self.state[r] = WAITING
+        self.waiting[i].appendleft(r)
+
+    def _admit(self, i: int, r: int, t: float, budget: int) -> int | None:
+        """Take the head of the waiting queue if its KV fits: returns the prefill tokens it adds to this
+        iteration (0 when it first loads KV), or None when it must wait."""
+        if self.blocked_epoch[r] == self.release_epoch:
+            return None                        # nothing was released since it last found no room
+        if self.swapped[r]:
+            return self._swap_in(i, r, t)
+        view, v = self.views[i], int(self.res[r])
+        keys = self._prompt_keys(r)
+        # the cache's counters and recency see each request's first look only (a retry is a peek)
+        hits = view.lookup(keys, record=not self.looked_up[r])
+        self.looked_up[r] = True
+        found = int(np.count_nonzero(hits >= 0))
+        if v > 0:                              # a streamed sequence reads its KV from tier v, not from HBM
+            found = int(np.argmin(np.append(hits[:found] >= v, False)))
+        pend = self.pending[i]
+        for b in range(found):                 # a block whose KV is still being computed is no hit yet
+            if int(keys[b]) in pend[hits[b]]:
+                found = b
+                break
+        hits = hits[:found]
+        free = hits <= v
+        lead = int(np.argmin(np.append(free, False)))
+        use_load = found > lead and self._load_pays(r, hits, lead, found, v)
+        cached_blocks = found if use_load else lead
+        nblocks = -(-int(self.target[r]) // self.bt)
+        seq_keys = self._seq_keys(r, nblocks)
+        tier = view.tiers[v]
+        if list(map(tier.pin_count, seq_keys.tolist())).count(0) > tier.room_blocks():
+            self.blocked_epoch[r] = self.release_epoch
+            return None
+        new_tokens = int(self.target[r]) - cached_blocks * self.bt
+        if not use_load and not self.spec.chunked_prefill and new_tokens > budget:
+            return None
+        ok = view.promote(seq_keys[:cached_blocks], v, pin=True) and \
+            view.insert(seq_keys[cached_blocks:], v, pin=True)
+        if not ok:
+            raise AssertionError(f"request {r}: its blocks were counted to fit")
+        if not self.preemptions[r]:            # what the request found when it was admitted
+            self.hit_blocks[r, self.base:] = np.bincount(hits, minlength=self.T - self.base)
+        self.admit_cached[r] = cached_blocks
+        self._note_pinned(i, v)
+        pend[v].update(seq_keys[cached_blocks:].tolist())
+        self.nheld[r] = nblocks
+        self.ctx[r] = cached_blocks * self.bt
+        if use_load:
+            self._start_load(i, r, seq_keys, hits, cached_blocks, t)
+            return 0
+        self.state[r] = RUNNING
+        self.running[i].append(r)
+        return min(new_tokens, budget) if self.spec.chunked_prefill else new_tokens
+
+    def _load_pays(self, r: int, hits: np.ndarray, lead: int, found: int, v: int) -> bool:
+        """Loading the hit blocks from lower tiers beats recomputing them (and what follows the first)."""
+        load_ns = 0.0
+        for w in np.unique(hits[hits > v]).tolist():
+            link = self.links[self.tier_link[self.base + w]]
+            size = np.count_nonzero(hits == w) * self.block_bytes
+            load_ns = max(load_ns, link.latency_ns + size * (len(link.active) + 1) / link.bytes_per_ns)
+        target = int(self.target[r])
+        c_lead, c_all = lead * self.bt, found * self.bt
+        recompute_ns = self.cost.iteration_ns(np.array([c_lead]), np.array([target - c_lead])) - \
+            self.cost.iteration_ns(np.array([c_all]), np.array([target - c_all]))
+        return load_ns < recompute_ns
+
+    def _start_load(self, i: int, r: int, seq_keys: np.ndarray, hits: np.ndarray, cached_blocks: int,
+                    t: float) -> None:
+        v = int(self.res[r])
+        lower = hits > v
+        self.pending[i][v].update(seq_keys[:cached_blocks][lower].tolist())
+        for w in np.unique(hits[lower]).tolist():
+            blocks = int(np.count_nonzero(hits == w))
+            size = float(blocks * self.block_bytes)
+            self.loaded_blocks[r, self.base + w] += blocks
+            self.tier_read[self.base + w] += size
+            self.tier_write[self.base + v] += size
+            self._transfer(self.base + w, size, X_LOAD, r, t)
+            self.xfers_left[r] += 1
+        self.state[r] = LOADING
+        self.load_start[r] = t
+        self.nloading[i] += 1
+
+    def _swap_in(self, i: int, r: int, t: float) -> int | None:
+        v = int(self.res[r])
+        nblocks = -(-int(self.ctx[r] + 1) // self.bt)
+        keys = self._seq_keys(r, nblocks)
+        if not self.views[i].insert(keys, v, pin=True):
+            self.blocked_epoch[r] = self.release_epoch
+            return None
+        self._note_pinned(i, v)
+        self.nheld[r] = nblocks
+        below = self.base + v + 1
+        size = float(self.ctx[r] * self.kvb)
+        self.tier_read[below] += size
+        self.tier_write[self.base + v] += size
+        self._transfer(below, size, X_SWAP_IN, r, t)
+        self.xfers_left[r] = 1
+        self.swapped[r] = False
+        self.state[r] = LOADING
+        self.nloading[i] += 1
+        return 0
+
+    def _note_pinned(self, i: int, v: int) -> None:
+        t = self.base + v
+        pinned = self.views[i].tiers[v].pinned_blocks
+        if pinned > self.peak_pinned[t]:
+            self.peak_pinned[t] = pinned
+
+    # -- iterations ----------------------------------------------------------------------------------------
+
+    def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> None:
+        self.busy[i] = True
+        cached = self.ctx[ids]
+        compute_ns = float(self.cost.iteration_ns(cached, news))
+        self.batch[i] = (ids, news, prefill)
+        self.parts_left[i] = 1
+        heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
+        written = news * self.kvb
+        home = self.res[ids] == 0
+        self.tier_write[self.base] += float(written[home].sum())
+        if self.base > 0:
+            # KV a pool (or a streamed tier) holds is written over its link: a prefill's as a transfer that
+            # shares the link with loads; a decode token's (one token per sequence) is counted, not timed
+            self._transfer(self.base, float(written[home & prefill].sum()), X_WRITE, i, t)
+            self.links[self.tier_link[self.base]].bytes_total += float(written[home & ~prefill].sum())
+        streaming = self.streams[ids]
+        if streaming.any():
+            for v in np.unique(self.res[ids][streaming]).tolist():
+                rows = streaming & (self.res[ids] == v)
+                size = float(cached[rows].sum() * self.kvb)
+                self.tier_read[self.base + v] += size
+                if self._transfer(self.base + v, size, X_ITER, i, t):
+                    self.parts_left[i] += 1
+                if v > 0:
+                    size = float(written[rows].sum())
+                    self.tier_write[self.base + v] += size
+                    self._transfer(self.base + v, size, X_WRITE, i, t)
+
+    def _iteration_part_done(self, i: int, t: float) -> None:
+        self.parts_left[i] -= 1
+        if self.parts_left[i] == 0:
+            self._finish_iteration(i, t)
+
+    def _finish_iteration(self, i: int, t: float) -> None:
+        ids, news, prefill = self.batch[i]
+        self.batch[i] = None
+        self.busy[i] = False
+        self.iterations += 1
+        self.ctx[ids] += news
+        decoded = ids[~prefill]
+        self.out_done[decoded] += 1
+        filled = ids[prefill]
+        filled = filled[self.ctx[filled] >= self.target[filled]]
+        if len(filled):
+            self.out_done[filled] += 1
+            for r in filled.tolist():
+                self._prefill_done(i, r, t)
+        finished = ids[self.out_done[ids] >= self.out_tokens[ids]]
+        for r in finished.tolist():
+            self._complete(i, r, t)
+        self._schedule(i, t)
+        if len(finished) and (self.base > 0 or self.streams[finished].any()):
+            for j in range(self.spec.instances):       # room freed in a shared tier
+                if j != i:
+                    self._schedule(j, t)
+
+    def _prefill_done(self, i: int, r: int, t: float) -> None:
+        v = int(self.res[r])
+        nblocks = int(self.nheld[r])
+        keys = self._seq_keys(r, nblocks)
+        self.pending[i][v].difference_update(keys.tolist())
+        if np.isnan(self.first_ns[r]):
+            self.first_ns[r] = t
+            self.prefill_ns[r] = t - self.prefill_start[r]
+            self.queueing_ns[r] = t - self.arrival[r] - self.kv_load_ns[r] - self.prefill_ns[r]
+        self._write_through(i, r, keys[:int(self.in_tokens[r] // self.bt)], t)
+
+    def _write_through(self, i: int, r: int, keys: np.ndarray, t: float) -> None:
+        """KV computed in HBM is also written to the tier below, so other instances and later turns hit it."""
+        if self.base != 0 or self.res[r] != 0 or self.T < 2 or not len(keys):
+            return
+        lower = self.views[i].tiers[1]
+        before = lower.counters.insertions
+        self.views[i].insert_prefix(keys, 1)
+        size = float((lower.counters.insertions - before) * self.block_bytes)
+        self.tier_write[1] += size
+        self._transfer(1, size, X_WRITE, r, t)
+
+    def _complete(self, i: int, r: int, t: float) -> None:
+        self.last_ns[r] = t
+        self.state[r] = DONE
+        self.completions += 1
+        self.running[i].remove(r)
+        keys = self._seq_keys(r, int(self.nheld[r]))
+        self.views[i].unpin(keys, int(self.res[r]))
+        self.release_epoch += 1
+        self.nheld[r] = 0
+        self.queued_tokens[i] -= self.in_tokens[r] + self.out_tokens[r]
+        self._count_inflight(t, -1)
+        self.span_end = max(self.span_end, t)
+        nx = int(self.next_turn[r])
+        if nx >= 0:
+            self._write_through(i, r, keys[:int(self.ctx[r] // self.bt)], t)
+            self.arrival[nx] = t + float(self.table.think_ns[nx])
+            self._push(float(self.arrival[nx]), EV_ARRIVAL, nx)
+
+    # -- transfers -----------------------------------------------------------------------------------------
+
+    def _transfer(self, tier: int, size_bytes: float, what: int, who: int, t: float) -> bool:
+        """Start a transfer over the link of `tier`; False when there is nothing to move."""
+        if size_bytes <= 0:
+            return False
+        link = int(self.tier_link[tier])
+        self._wake(link, self.links[link].start(t, size_bytes, (what, who)))
+        self._recheck_link(link)
+        return True
+
+    def _wake(self, link: int, finished: list) -> None:
+        latency_ns = self.links[link].latency_ns
+        for (what, who), finish_ns in finished:
+            if what != X_WRITE:
+                self._push(finish_ns + latency_ns, EV_XFER, what, who)
+
+    def _recheck_link(self, link: int) -> None:
+        self.link_version[link] += 1
+        finish = self.links[link].next_wake_ns(_wakes)
+        if finish is not None:
+            self._push(finish, EV_LINK, link, self.link_version[link])
+
+    def _link_check(self, link: int, version: int, t: float) -> None:
+        if version != self.link_version[link]:
+            return
+        self._wake(link, self.links[link].pop_finished(t))
+        self._recheck_link(link)
+
+    def _transfer_done(self, what: int, who: int, t: float) -> None:
+        if what == X_ITER:
+            self._iteration_part_done(who, t)
+        elif what in (X_LOAD, X_SWAP_IN):
+            self.xfers_left[who] -= 1
+            if self.xfers_left[who]:
+                return
+            i = int(self.inst[who])
+            if what == X_LOAD:
+                self.kv_load_ns[who] += t - self.load_start[who]
+                keys = self._seq_keys(who, int(self.admit_cached[who]))
+                self.pending[i][int(self.res[who])].difference_update(keys.tolist())
+            self.state[who] = RUNNING
+            self.nloading[i] -= 1
+            self.running[i].append(who)
+            self._schedule(i, t)
+
+    # -- the end -------------------------------------------------------------------------------------------
+
+    def _check_finished(self) -> None:
+        stuck = np.nonzero((self.state == WAITING) | (self.state == LOADING) | (self.state == RUNNING))[0]
+        if not len(stuck):
+            return
+        heads = [q[0] for q in self.waiting if q]
+        r = min(heads, key=lambda x: (self.arrival[x], x)) if heads else int(stuck[0])
+        i = int(self.inst[r])
+        new = int(self.target[r] - self.ctx[r])
+        if not self.spec.chunked_prefill and new > self.spec.max_batch_tokens:
+            why = (f"its prompt needs {new} tokens in one iteration, more than max_batch_tokens "
+                   f"{self.spec.max_batch_tokens} (set chunked_prefill or raise max_batch_tokens)")
+        else:
+            v = int(self.res[r])
+            tier = self.views[i].tiers[v]
+            why = (f"its KV needs {-(-int(self.target[r]) // self.bt)} blocks of {self.bt} tokens in "
+                   f"{tier.name}, which has {int(tier.room_blocks())} of {tier.capacity_blocks} free")
+        raise ArchsimError(f"the run cannot make progress: request {r} (session {int(self.table.session[r])}, "
+                           f"turn {int(self.table.turn[r])}, instance {i}) blocks it: {why}", where="system.serving")
+
+    def _result(self, wall_s: float) -> ServingResult:
+        tier_write = self.tier_write.copy()
+        link_bytes = {ps.name: ps.bytes_total for ps in self.links}
+        seen: set[int] = set()
+        for view in self.views:             # evicted blocks demoted to a lower tier cross its link (untimed)
+            for v, tier in enumerate(view.tiers):
+                if id(tier) in seen:
+                    continue
+                seen.add(id(tier))
+                t = self.base + v
+                moved = float(tier.counters.demotions_in * self.block_bytes)
+                if moved and self.tier_link[t] >= 0:
+                    tier_write[t] += moved
+                    link_bytes[self.links[self.tier_link[t]].name] += moved
+        stats = []
+        for view in self.views:
+            stats.extend(s for s in view.stats() if s["name"] not in {x["name"] for x in stats})
+        return ServingResult(
+            spec=self.spec, arrival_ns=self.arrival, first_token_ns=self.first_ns, last_token_ns=self.last_ns,
+            queueing_ns=self.queueing_ns, kv_load_ns=np.where(np.isnan(self.first_ns), np.nan, self.kv_load_ns),
+            prefill_ns=self.prefill_ns, input_tokens=self.in_tokens, output_tokens=self.out_tokens,
+            hit_blocks=self.hit_blocks, loaded_blocks=self.loaded_blocks, instance=self.inst,
+            completed=self.state == DONE, rejected=self.rejected, streamed=self.streams.copy(),
+            preemptions=self.preemptions, tier_read_bytes=self.tier_read.copy(), tier_write_bytes=tier_write,
+            link_bytes=link_bytes, link_busy_ns={ps.name: ps.busy_ns for ps in self.links},
+            peak_pinned_blocks=self.peak_pinned.copy(), capacity_blocks=self.cap_blocks.copy(),
+            iterations=self.iterations, events=self.arrivals + self.iterations + self.completions,
+            inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
+            cache_stats=stats, wall_s=wall_s)

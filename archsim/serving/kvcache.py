@@ -1,0 +1,370 @@
+"""Block-granular, tiered LRU prefix cache of KV blocks keyed by 64-bit content keys.
+
+A request's prompt KV is a sequence of blocks of `block_tokens` tokens; a block's key is a uint64 that is
+equal exactly when the content (and everything before it) is equal (archsim.serving.requests). The cache
+holds which blocks each tier has; it moves no data and keeps no time (the engine charges transfers on
+archsim.serving.transfers). Tiers are given fastest first (tier 0 is GPU HBM when the system has a KV home
+below it); each has a capacity in blocks, or UNBOUNDED.
+
+Semantics (the engine relies on every one of them):
+
+* lookup(keys) -> int8 per block: the index of the fastest tier holding the block, -1 for a miss, with
+  longest-cached-prefix semantics: every block after the first miss is a miss (its KV cannot be used
+  without the KV before it). A recorded lookup counts per tier: hits[t] = blocks whose fastest copy is in
+  tier t; misses[t] = looked-up blocks found neither in t nor in a faster tier (misses of the last tier are
+  the overall misses). It refreshes the recency of each hit block in every tier that holds it (the lookup
+  is one query of every tier's index, so a lower tier's LRU order follows the requests, not only the
+  loads). record=False is a pure peek (a prefix-aware router asks every instance without disturbing them).
+* insert(keys, tier, pin=False) -> bool writes the blocks into one tier, all or nothing: when the tier
+  cannot hold the blocks together with its pinned blocks it returns False and changes nothing; pinned
+  blocks are never evicted. insert_prefix(keys, tier) -> int writes the longest leading run that fits
+  instead (caching what is useful of a request longer than the room) and never pins.
+* promote(keys, tier, pin=False) -> bool copies blocks held by a slower tier into a faster one (a KV load
+  into HBM): the slower copy stays; all or nothing like insert. Blocks already in `tier` are only touched.
+* pin(keys, tier) / unpin(keys, tier): blocks of running sequences, reference counted per tier (a shared
+  prefix block is pinned once by every sequence using it); a call counts each distinct key once. Pinning
+  needs the block resident; unpin of a block that is not pinned is an error (an engine bug).
+* Eviction is LRU per tier over the unpinned blocks. Within one request the blocks enter the recency order
+  tail first, so that under pressure a request's tail leaves before its head (a prefix without its head is
+  useless; vLLM frees a request's blocks in the same order).
+* A block evicted from tier t that also lives in a slower tier is dropped (the slower copy serves it).
+  One that lives nowhere below is demoted into tier t+1 as its most recent block, evicting there by LRU
+  (which may cascade further down), and dropped when t+1 has no unpinned block to give up or there is no
+  t+1 (demote=False drops always). With write-through of prefill KV to the KV home tier (the engine's
+  choice for offload systems) every block already lives below HBM, so demotion is rare; it models a victim
+  hierarchy (LMCache, vLLM's CPU offload) when the engine writes only to HBM.
+
+Sharing: a tier is an LRUTier object; several TieredPrefixCache views may share their lower tiers
+(`TieredPrefixCache.of_tiers([hbm_of_instance_i, pool, nvme])`), so each model instance has its own HBM
+while the pool, host DRAM or NVMe are shared, and each tier's counters sum over every view.
+
+Cost and size: one OrderedDict (unpinned blocks, least recent first) and one dict (pinned blocks ->
+count) per tier, so a tier holds at most its capacity of keys (about 100 bytes each in CPython: 1 M blocks
+take about 100 MB; an UNBOUNDED tier grows with the distinct blocks inserted). Every operation on n keys
+costs O(n x tiers) dict operations plus O(1) per eviction; nothing scans a tier. Keys are numpy uint64
+converted to Python int, whose hash is not salted per process (unlike str), so runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+UNBOUNDED = -1  # capacity sentinel: a tier that never evicts
+MISS = -1  # lookup's value for a block no tier holds (or any block after the first miss)
+
+
+@dataclass
+class TierCounters:
+    """Per-tier block counts; multiply by bytes_per_block for bytes (stats() does)."""
+
+    hits: int = 0  # looked-up blocks whose fastest copy is here
+    misses: int = 0  # looked-up blocks found neither here nor in a faster tier
+    insertions: int = 0  # blocks written here by insert / insert_prefix (not already resident)
+    promotions: int = 0  # blocks copied here from a slower tier by promote (loads)
+    demotions_in: int = 0  # blocks received from the tier above when it evicted them
+    evictions: int = 0  # blocks removed here by LRU to make room
+    demotions_out: int = 0  # evicted blocks handed to the tier below
+    drops: int = 0  # evicted blocks kept nowhere below (their KV is lost)
+    reads: int = 0  # blocks read out of here as the source of a promote
+
+
+class LRUTier:
+    """One tier: its resident blocks in LRU order, its pinned blocks, its counters."""
+
+    def __init__(self, name: str, capacity_blocks: int, bytes_per_block: int = 0) -> None:
+        if isinstance(capacity_blocks, bool) or not isinstance(capacity_blocks, int | np.integer):
+            raise ValueError(f"tier {name}: capacity_blocks must be an int, got {capacity_blocks!r}")
+        if capacity_blocks < 0 and capacity_blocks != UNBOUNDED:
+            raise ValueError(f"tier {name}: capacity_blocks must be >= 0 or UNBOUNDED, got {capacity_blocks}")
+        if bytes_per_block < 0:
+            raise ValueError(f"tier {name}: bytes_per_block must be >= 0, got {bytes_per_block}")
+        self.name = name
+        self.capacity_blocks = int(capacity_blocks)
+        self.bytes_per_block = int(bytes_per_block)
+        self.counters = TierCounters()
+        self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned resident keys, least recent first
+        self._pins: dict[int, int] = {}  # pinned resident key -> number of pins
+
+    @property
+    def unbounded(self) -> bool:
+        return self.capacity_blocks == UNBOUNDED
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._lru or key in self._pins
+
+    def __len__(self) -> int:
+        return len(self._lru) + len(self._pins)
+
+    @property
+    def pinned_blocks(self) -> int:
+        return len(self._pins)
+
+    def room_blocks(self) -> float:
+        """Blocks that could still be made resident and pinned: capacity minus pinned (math.inf if unbounded)."""
+        return math.inf if self.unbounded else self.capacity_blocks - len(self._pins)
+
+    def pin_count(self, key: int) -> int:
+        return self._pins.get(key, 0)
+
+    def _touch(self, key: int) -> None:
+        if key in self._lru:
+            self._lru.move_to_end(key)
+
+
+class TieredPrefixCache:
+    """Tiers fastest first; see the module docstring for every operation's semantics."""
+
+    def __init__(self, capacities_blocks: Sequence[int], names: Sequence[str] | None = None,
+                 bytes_per_block: int = 0, *, demote: bool = True) -> None:
+        names = list(names) if names is not None else [f"tier{t}" for t in range(len(capacities_blocks))]
+        if len(names) != len(capacities_blocks):
+            raise ValueError(f"{len(capacities_blocks)} capacities but {len(names)} names")
+        self._init([LRUTier(n, c, bytes_per_block) for n, c in zip(names, capacities_blocks, strict=True)], demote)
+
+    @classmethod
+    def of_tiers(cls, tiers: Sequence[LRUTier], *, demote: bool = True) -> TieredPrefixCache:
+        """A view over existing tiers (share the lower tiers between model instances)."""
+        view = cls.__new__(cls)
+        view._init(list(tiers), demote)
+        return view
+
+    def _init(self, tiers: list[LRUTier], demote: bool) -> None:
+        if not tiers:
+            raise ValueError("a prefix cache needs at least one tier")
+        if len({id(t) for t in tiers}) != len(tiers):
+            raise ValueError("a tier appears twice in one cache")
+        self.tiers = tiers
+        self.demote = demote
+
+    # -- queries -------------------------------------------------------------------------------------------
+
+    @property
+    def n_tiers(self) -> int:
+        return len(self.tiers)
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tiers]
+
+    def tier_index(self, name: str) -> int:
+        return self.names.index(name)
+
+    def holds(self, key: int, tier: int) -> bool:
+        return int(key) in self.tiers[tier]
+
+    def tiers_of(self, key: int) -> list[int]:
+        """Every tier holding the block, fastest first."""
+        key = int(key)
+        return [t for t, tier in enumerate(self.tiers) if key in tier]
+
+    def resident_blocks(self, tier: int) -> int:
+        return len(self.tiers[tier])
+
+    def pinned_blocks(self, tier: int) -> int:
+        return self.tiers[tier].pinned_blocks
+
+    def room_blocks(self, tier: int) -> float:
+        """Capacity minus pinned blocks of the tier (math.inf if unbounded): the most it can pin."""
+        return self.tiers[tier].room_blocks()
+
+    def new_blocks(self, keys: np.ndarray, tier: int) -> int:
+        """How many distinct blocks of `keys` the tier does not hold (an insert would have to write)."""
+        t = self.tiers[tier]
+        return sum(1 for k in _distinct(keys) if k not in t)
+
+    def can_insert(self, keys: np.ndarray, tier: int) -> bool:
+        """Whether insert(keys, tier) (or a promote of them) would succeed now."""
+        return self._evictions_needed(self.tiers[tier], _distinct(keys)) is not None
+
+    def lookup(self, keys: np.ndarray, *, record: bool = True) -> np.ndarray:
+        """int8 per block: the fastest tier holding it, MISS (-1) for a miss and for every block after it."""
+        ks = _ints(keys)
+        found: list[int] = []
+        for k in ks:
+            for t, tier in enumerate(self.tiers):
+                if k in tier:
+                    found.append(t)
+                    break
+            else:
+                break
+        out = np.full(len(ks), MISS, dtype=np.int8)
+        out[:len(found)] = found
+        if record:
+            counts = np.bincount(out[:len(found)], minlength=self.n_tiers) if found else np.zeros(self.n_tiers, int)
+            not_served = len(ks)
+            for t, tier in enumerate(self.tiers):
+                tier.counters.hits += int(counts[t])
+                not_served -= int(counts[t])
+                tier.counters.misses += not_served
+            for k in reversed(ks[:len(found)]):  # head last, so the head ends most recent
+                for tier in self.tiers:
+                    tier._touch(k)
+        return out
+
+    # -- changes -------------------------------------------------------------------------------------------
+
+    def insert(self, keys: np.ndarray, tier: int, *, pin: bool = False) -> bool:
+        """Make every block resident in `tier` (pinned once if pin), or return False and change nothing."""
+        return self._admit(tier, _distinct(keys), pin, promote=False)
+
+    def insert_prefix(self, keys: np.ndarray, tier: int) -> int:
+        """Insert the longest leading run of `keys` that fits beside the pinned blocks; returns its length."""
+        ks = _ints(keys)
+        t = self.tiers[tier]
+        if t.unbounded:
+            fit = len(ks)
+        else:
+            fit, new, seen = 0, 0, set()
+            room = t.capacity_blocks - t.pinned_blocks
+            for k in ks:
+                if k not in seen:
+                    seen.add(k)
+                    # a resident unpinned key still takes one unpinned slot; a pinned one takes none
+                    if k not in t._pins:
+                        new += 1
+                    if new > room:
+                        break
+                fit += 1
+        if fit:
+            self._admit(tier, _distinct(ks[:fit]), False, promote=False)
+        return fit
+
+    def promote(self, keys: np.ndarray, tier: int, *, pin: bool = False) -> bool:
+        """Copy blocks into the faster `tier` from the fastest slower tier holding each (the slower copy stays).
+
+        Every block must be in `tier` or a slower tier (ValueError otherwise). All or nothing, like insert.
+        """
+        ks = _distinct(keys)
+        for k in ks:
+            if not any(k in t for t in self.tiers[tier:]):
+                raise ValueError(f"promote to {self.tiers[tier].name}: block {k} is in no tier at or below it")
+        return self._admit(tier, ks, pin, promote=True)
+
+    def pin(self, keys: np.ndarray, tier: int) -> None:
+        """Pin resident blocks (one more pin each); ValueError, changing nothing, if one is not resident."""
+        t = self.tiers[tier]
+        ks = _distinct(keys)
+        for k in ks:
+            if k not in t:
+                raise ValueError(f"pin in {t.name}: block {k} is not resident")
+        for k in ks:
+            if k in t._lru:
+                del t._lru[k]
+            t._pins[k] = t._pins.get(k, 0) + 1
+
+    def unpin(self, keys: np.ndarray, tier: int) -> None:
+        """Remove one pin from each block; a block left without pins becomes the most recent unpinned one."""
+        t = self.tiers[tier]
+        ks = _distinct(keys)
+        for k in ks:
+            if k not in t._pins:
+                raise ValueError(f"unpin in {t.name}: block {k} is not pinned")
+        for k in reversed(ks):  # head last: the request's tail is evicted first
+            count = t._pins[k] - 1
+            if count:
+                t._pins[k] = count
+            else:
+                del t._pins[k]
+                t._lru[k] = None
+
+    # -- counters ------------------------------------------------------------------------------------------
+
+    def stats(self) -> list[dict]:
+        """Per tier: name, capacity_blocks (None if unbounded), resident and pinned blocks, the counters, and
+        bytes_written / bytes_read (blocks x bytes_per_block) for the tier."""
+        out = []
+        for t in self.tiers:
+            c = t.counters
+            entry = {"name": t.name, "capacity_blocks": None if t.unbounded else t.capacity_blocks,
+                     "resident_blocks": len(t), "pinned_blocks": t.pinned_blocks, **asdict(c)}
+            entry["bytes_written"] = (c.insertions + c.promotions + c.demotions_in) * t.bytes_per_block
+            entry["bytes_read"] = (c.reads + c.demotions_out) * t.bytes_per_block
+            out.append(entry)
+        return out
+
+    def hit_rate(self) -> float:
+        """Hit blocks over looked-up blocks, all tiers (NaN before any recorded lookup)."""
+        hits = sum(t.counters.hits for t in self.tiers)
+        looked = hits + self.tiers[-1].counters.misses
+        return hits / looked if looked else math.nan
+
+    # -- internals -----------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _evictions_needed(t: LRUTier, ks: list[int]) -> int | None:
+        """LRU evictions an admit of the distinct keys `ks` needs, None if the pinned blocks leave no room."""
+        if t.unbounded:
+            return 0
+        new = sum(1 for k in ks if k not in t)
+        need = len(t) + new - t.capacity_blocks
+        if need <= 0:
+            return 0
+        evictable = len(t._lru) - sum(1 for k in ks if k in t._lru)
+        return need if need <= evictable else None
+
+    def _admit(self, tier: int, ks: list[int], pin: bool, promote: bool) -> bool:
+        t = self.tiers[tier]
+        need = self._evictions_needed(t, ks)
+        if need is None:
+            return False
+        for k in ks:  # keep the admitted keys out of the eviction's way
+            t._touch(k)
+        victims = [t._lru.popitem(last=False)[0] for _ in range(need)]
+        t.counters.evictions += need
+        for k in reversed(ks):  # head last, so the head ends most recent
+            if k in t:
+                t._touch(k)
+            else:
+                if promote:
+                    src = next(s for s in self.tiers[tier + 1:] if k in s)
+                    src.counters.reads += 1
+                    t.counters.promotions += 1
+                else:
+                    t.counters.insertions += 1
+                t._lru[k] = None
+            if pin:
+                if k in t._lru:
+                    del t._lru[k]
+                t._pins[k] = t._pins.get(k, 0) + 1
+        # demote after the admitted blocks are in: a cascade below cannot then lose a block being promoted
+        for v in victims:
+            self._evicted(tier, v)
+        return True
+
+    def _evicted(self, tier: int, key: int) -> None:
+        """Dispose of a block just evicted from `tier`: dropped if a slower tier holds it, else demoted."""
+        t = self.tiers[tier]
+        if any(key in s for s in self.tiers[tier + 1:]):
+            return
+        below = tier + 1
+        if not self.demote or below == self.n_tiers:
+            t.counters.drops += 1
+            return
+        b = self.tiers[below]
+        victim = None
+        if not b.unbounded and len(b) >= b.capacity_blocks:
+            if not b._lru:
+                t.counters.drops += 1
+                return
+            victim = b._lru.popitem(last=False)[0]
+            b.counters.evictions += 1
+        b._lru[key] = None
+        t.counters.demotions_out += 1
+        b.counters.demotions_in += 1
+        if victim is not None:
+            self._evicted(below, victim)
+
+
+def _ints(keys: np.ndarray | Iterable[int]) -> list[int]:
+    """Keys as Python ints (from a uint64 array, or any ints in [0, 2^64))."""
+    return np.asarray(keys, dtype=np.uint64).ravel().tolist()
+
+
+def _distinct(keys: np.ndarray | Iterable[int] | list[int]) -> list[int]:
+    """Distinct keys in first-seen order."""
+    return list(dict.fromkeys(keys if isinstance(keys, list) else _ints(keys)))

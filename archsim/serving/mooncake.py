@@ -1,0 +1,157 @@
+"""Mooncake-style request traces (JSONL) in and out.
+
+One request per line, as Moonshot AI publishes them with the Mooncake paper (FAST'25; traces/NOTICE-mooncake):
+
+    {"timestamp": 27482, "input_length": 6955, "output_length": 52, "hash_ids": [46, 47, 48, 2353]}
+
+`timestamp`: arrival in ms from the start (non-decreasing); `input_length`, `output_length`: tokens (>= 1);
+`hash_ids`: one id per `hash_block_tokens`-token block of the prompt (512 in Mooncake's traces), the last one
+possibly partial; equal ids are equal content, and an id already encodes every block before it (the ids form
+a prefix tree), so a request reuses the KV of every leading block it shares with an earlier one.
+
+Reading, a KV block of B tokens (B must divide `hash_block_tokens`) takes the key (hash_id, offset // B) of the
+trace block holding it, offset being its first token's position inside that block; the last partial B-block
+of a prompt gets a key unique to the request, as in requests.py. Arrivals are timestamp x 1e6 x time_scale ns.
+
+Writing (`mooncake_jsonl`), a table's keys become dense ids in order of first appearance, and its block size
+is the trace's `hash_block_tokens`. The format has no dependencies between requests: a later turn (arrival
+NaN in the table) is written at its `prev` request's timestamp plus its think time, i.e. as if answers took
+no time; lines are sorted by timestamp (stable).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from archsim.errors import EMPTY_TRACE, ConfigError, TraceError
+from archsim.inputs import read_text_input
+from archsim.outputs import atomic_write_bytes
+from archsim.serving.requests import RequestTable, block_offsets_for, mix, partial_keys
+
+MOONCAKE_TAG = np.uint64(0x3C6EF372FE94F82B)
+FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def _int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_line(text: str, hash_block_tokens: int) -> tuple[float, int, int, list[int]] | str:
+    """(timestamp ms, input, output, hash ids), or what is wrong with the line."""
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"not JSON: {exc.msg} (column {exc.colno})"
+    if not isinstance(row, dict):
+        return "expected a JSON object"
+    missing = [k for k in FIELDS if k not in row]
+    if missing:
+        return f"missing key {missing[0]!r} (a line holds {', '.join(FIELDS)})"
+    ts, n_in, n_out, ids = (row[k] for k in FIELDS)
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
+        return f"timestamp must be a non-negative number of ms, got {ts!r}"
+    if not _int(n_in) or n_in < 1:
+        return f"input_length must be an integer >= 1, got {n_in!r}"
+    if not _int(n_out) or n_out < 1:
+        return f"output_length must be an integer >= 1, got {n_out!r}"
+    if not isinstance(ids, list) or not all(_int(h) and h >= 0 for h in ids):
+        return "hash_ids must be a list of non-negative integers"
+    blocks = -(-n_in // hash_block_tokens)
+    if len(ids) != blocks:
+        return (f"{len(ids)} hash_ids for input_length {n_in}: expected {blocks} "
+                f"(one per {hash_block_tokens}-token block)")
+    return float(ts), n_in, n_out, ids
+
+
+def read_mooncake(path: str | os.PathLike[str], *, block_tokens: int, hash_block_tokens: int = 512,
+                  time_scale: float = 1.0) -> RequestTable:
+    """A Mooncake JSONL trace as a RequestTable of B = `block_tokens` token blocks (see the module docstring)."""
+    file = os.fspath(path)
+    if block_tokens < 1 or hash_block_tokens < 1 or hash_block_tokens % block_tokens:
+        raise ConfigError(f"KV blocks of {block_tokens} tokens must divide the trace's {hash_block_tokens}-token "
+                          f"hash blocks", where="hash_block_tokens")
+    if not time_scale > 0 or not math.isfinite(time_scale):
+        raise ConfigError(f"must be a positive number, got {time_scale}", where="time_scale")
+    text = read_text_input(file, TraceError, what="JSONL")
+    stamps: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    hashes: list[int] = []
+    hash_counts: list[int] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parsed = _parse_line(line, hash_block_tokens)
+        if isinstance(parsed, str):
+            raise TraceError(parsed, file=file, where=f"line {number}")
+        ts, n_in, n_out, ids = parsed
+        if stamps and ts < stamps[-1]:
+            raise TraceError(f"timestamp {ts:g} is before the previous line's {stamps[-1]:g}", file=file,
+                             where=f"line {number}")
+        stamps.append(ts)
+        inputs.append(n_in)
+        outputs.append(n_out)
+        hashes.extend(ids)
+        hash_counts.append(len(ids))
+    if not stamps:
+        raise TraceError(EMPTY_TRACE, file=file)
+    n = len(stamps)
+    input_tokens = np.asarray(inputs, dtype=np.int64)
+    hash_offsets = np.concatenate(([0], np.cumsum(hash_counts))).astype(np.int64)
+    offsets, keys = _keys(input_tokens, np.asarray(hashes, dtype=np.uint64), hash_offsets, block_tokens,
+                          hash_block_tokens)
+    return RequestTable(np.asarray(stamps) * 1e6 * time_scale, np.full(n, -1, dtype=np.int64), np.zeros(n),
+                        np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int32), input_tokens,
+                        np.asarray(outputs, dtype=np.int64), offsets, keys, int(block_tokens))
+
+
+def _keys(input_tokens: np.ndarray, hash_ids: np.ndarray, hash_offsets: np.ndarray, block_tokens: int,
+          hash_block_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+    offsets = block_offsets_for(input_tokens, block_tokens)
+    req = np.repeat(np.arange(len(input_tokens), dtype=np.int64), np.diff(offsets))
+    first_token = (np.arange(offsets[-1], dtype=np.int64) - offsets[req]) * block_tokens
+    full = first_token + block_tokens <= input_tokens[req]
+    holder = hash_ids[hash_offsets[req] + first_token // hash_block_tokens]
+    keys = mix(mix(MOONCAKE_TAG, holder), (first_token % hash_block_tokens) // block_tokens)
+    keys[~full] = partial_keys(req[~full])
+    return offsets, keys
+
+
+def _timestamps_ms(table: RequestTable) -> np.ndarray:
+    """Arrivals in ms; a later turn at its prev's timestamp + think time (rows come after their prev)."""
+    ms = table.arrival_ns / 1e6
+    for i in np.flatnonzero(table.prev >= 0):
+        ms[i] = ms[table.prev[i]] + table.think_ns[i] / 1e6
+    return ms
+
+
+def mooncake_jsonl(table: RequestTable) -> bytes:
+    """The table as Mooncake JSONL with `hash_block_tokens` = table.block_tokens (see the module docstring)."""
+    ms = np.rint(_timestamps_ms(table)).astype(np.int64)
+    order = np.argsort(ms, kind="stable")
+    # dense ids in order of first appearance in the written order
+    keys = np.concatenate([table.keys(int(i)) for i in order]) if len(order) else np.zeros(0, np.uint64)
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    dense = rank[inverse]
+    lines = []
+    at = 0
+    for i in order:
+        count = int(table.block_offsets[i + 1] - table.block_offsets[i])
+        row = {"timestamp": int(ms[i]), "input_length": int(table.input_tokens[i]),
+               "output_length": int(table.output_tokens[i]), "hash_ids": dense[at:at + count].tolist()}
+        at += count
+        lines.append(json.dumps(row))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write_mooncake(table: RequestTable, path: str | os.PathLike[str]) -> Path:
+    """Write `mooncake_jsonl(table)` atomically (all or nothing)."""
+    atomic_write_bytes(path, mooncake_jsonl(table))
+    return Path(path)

@@ -1,0 +1,658 @@
+"""Scenarios (`configs/scenarios/*.yaml`): what users send, and the `RequestTable` drawn from it.
+
+    scenario:
+      name: multiturn
+      description: one line
+      model: {preset: llama-3.1-70b, source: ...}        # a preset of archsim/models/presets
+      arrivals:                                          # one arrival per session (a request without sessions)
+        process: poisson                                 # poisson | gamma | closed_loop
+        rate_per_s: 2.0                                  # poisson, gamma: sessions per second
+        cv: 2.0                                          # gamma: coefficient of variation of inter-arrival times
+        users: 16                                        # closed_loop: each user waits for its last answer ...
+        think_time: 10s                                  # ... then thinks (a duration, or {dist: exponential, mean})
+        source: ...
+      input: {dist: lognormal, median: 1020, sigma: 1.1, source: ...}   # first-turn user tokens
+      output: {dist: fixed, value: 215, source: ...}                    # tokens per answer
+      sessions: {turns: 4, new_tokens: {dist: fixed, value: 70}, think_time: 30s, source: ...}
+      shared_prefix: {tokens: 2048, fraction: 0.9, groups: 1, source: ...}
+      reasoning: {fraction: 1.0, output: {dist: uniform, min: 8192, max: 32768}, source: ...}
+      slo: {ttft: 2s, tpot: 200ms, source: ...}
+      requests: {trace: PATH, format: mooncake, hash_block_tokens: 512, time_scale: 1.0, source: ...}
+      # or {trace: PATH.npz, format: logical, think_time: 0s, source: ...} with `arrivals` (serving/logical.py)
+
+Lengths (`input`, `output`, `sessions.turns`, `sessions.new_tokens`, `reasoning.output`): a positive integer,
+or `{dist: fixed, value}`, `{dist: uniform, min, max}` (integers, inclusive), `{dist: lognormal, median, sigma}`
+or `{dist: lognormal, mean, median}` (rounded, clipped to optional `min` (default 1) / `max`), or `{dist:
+empirical, file: F.csv}` (a `tokens,weight` or `turns,weight` CSV, relative to the scenario). Every top-level
+part carries `source:`, where its numbers come from. Turn k+1's prompt is turn k's prompt + its answer + new
+tokens; it arrives `sessions.think_time` after turn k's last token. Errors are ConfigErrors naming the file
+and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from archsim.config.overrides import apply_overrides
+from archsim.config.section import Section
+from archsim.config.yaml_files import read_yaml, resolve_preset
+from archsim.errors import ConfigError
+from archsim.inputs import read_text_input
+from archsim.resources import data_path
+from archsim.serving.requests import RequestTable, content_id, mix
+from archsim.units import parse_time_ns
+
+SCENARIOS_DIR = data_path("configs", "scenarios")
+PROCESSES = ("poisson", "gamma", "closed_loop")
+DISTS = ("fixed", "uniform", "lognormal", "empirical")
+TRACE_FORMATS = ("mooncake", "logical")
+TRACE_SUFFIXES = (".jsonl", ".npz", ".json")
+TRACE_FORM = "requests: {trace: PATH, format: mooncake|logical, hash_block_tokens: 512, time_scale: 1.0}"
+# content-id tags of prompt segments (requests.py chains them into block keys)
+PREFIX, USER, ANSWER = 1, 2, 3
+_STREAMS = ("arrivals", "turns", "input", "new_tokens", "output", "prefix", "think", "reasoning")
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """Token counts (or turns): one of DISTS; sample() returns int64 >= 1."""
+
+    kind: str
+    value: int = 0  # fixed
+    low: int = 1  # uniform bounds; lognormal clip
+    high: int = 0  # 0: no upper clip (lognormal)
+    mu: float = 0.0  # lognormal: log of the median
+    sigma: float = 0.0
+    table_tokens: tuple[int, ...] = ()
+    table_weights: tuple[float, ...] = ()
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed":
+            return np.full(n, self.value, dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
+        if self.kind == "lognormal":
+            x = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
+            return np.clip(x, self.low, self.high if self.high else None).astype(np.int64)
+        p = np.asarray(self.table_weights) / math.fsum(self.table_weights)
+        return rng.choice(np.asarray(self.table_tokens, dtype=np.int64), size=n, p=p)
+
+    @property
+    def mean(self) -> float:
+        """The distribution's mean before clipping (for rates and reports)."""
+        if self.kind == "fixed":
+            return float(self.value)
+        if self.kind == "uniform":
+            return (self.low + self.high) / 2
+        if self.kind == "lognormal":
+            return math.exp(self.mu + self.sigma**2 / 2)
+        return float(np.dot(self.table_tokens, self.table_weights) / math.fsum(self.table_weights))
+
+
+@dataclass(frozen=True)
+class ThinkTime:
+    kind: str  # fixed | exponential
+    mean_ns: float
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.kind == "fixed" or self.mean_ns == 0:
+            return np.full(n, self.mean_ns, dtype=np.float64)
+        return rng.exponential(self.mean_ns, size=n)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    process: str
+    rate_per_s: float | None  # poisson, gamma
+    cv: float | None  # gamma
+    users: int | None  # closed_loop
+    think: ThinkTime | None  # closed_loop
+
+
+@dataclass(frozen=True)
+class Sessions:
+    turns: LengthDist
+    new_tokens: LengthDist
+    think: ThinkTime
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    tokens: int
+    fraction: float  # of sessions (of requests, without sessions) that start with a shared prefix
+    groups: int  # distinct prefixes; a session with one picks a group uniformly
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    fraction: float  # of requests whose answer is a long reasoning output
+    output: LengthDist
+
+
+@dataclass(frozen=True)
+class Slo:
+    ttft_ns: float | None
+    tpot_ns: float | None
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    path: str
+    format: str
+    hash_block_tokens: int
+    time_scale: float  # mooncake: arrival = trace timestamp x time_scale (0.5: twice the rate)
+    think: ThinkTime  # logical: between a turn's last token and the next turn
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    model: str  # a preset name of archsim/models/presets
+    file: str | None
+    arrivals: Arrivals | None  # None only for a Mooncake trace (its timestamps are the arrivals)
+    input: LengthDist | None  # None for a trace
+    output: LengthDist | None
+    sessions: Sessions | None
+    prefix: SharedPrefix | None
+    reasoning: Reasoning | None
+    slo: Slo | None
+    trace: TraceInput | None
+
+    def requests(self, *, n_requests: int | None = None, duration_ns: float | None = None, seed: int = 0,
+                 block_tokens: int = 16) -> RequestTable:
+        """The requests of `n_requests` (or of every session starting before `duration_ns`), for `seed`."""
+        return generate(self, n_requests=n_requests, duration_ns=duration_ns, seed=seed, block_tokens=block_tokens)
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def resolve_scenario_path(name_or_path: str | Path) -> Path:
+    """A path, or a shipped scenario's name (`multiturn` -> configs/scenarios/multiturn.yaml)."""
+    if Path(name_or_path).suffix in TRACE_SUFFIXES:
+        raise ConfigError(f"a trace is not a scenario: name it inside one, as {TRACE_FORM}", file=str(name_or_path))
+    return resolve_preset(name_or_path, SCENARIOS_DIR, "scenario")
+
+
+def scenario_overrides(overrides: tuple[str, ...] | list[str]) -> list[str]:
+    """The `--set` assignments that address the scenario (`scenario.arrivals.rate_per_s=2`)."""
+    return [o for o in overrides if o.strip().startswith("scenario.")]
+
+
+def load_scenario(name_or_path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Scenario:
+    """Read, override (`scenario.dotted.key=value`) and validate a scenario file."""
+    path = resolve_scenario_path(name_or_path)
+    tree = read_yaml(path)
+    if isinstance(tree, dict):
+        apply_overrides(tree, list(overrides), str(path))
+    return scenario_from_mapping(tree, file=str(path))
+
+
+def scenario_from_mapping(tree: Any, *, file: str | None = None) -> Scenario:
+    top = Section(tree, "", file)
+    root = top.sub("scenario")
+    top.done()
+    base = Path(file).resolve().parent if file else Path.cwd()
+    name = root.str("name")
+    description = root.str("description", "")
+    model = _parse_model(root.sub("model"))
+    trace = _parse_trace(root.sub("requests"), base) if root.has("requests") else None
+    if trace is not None and trace.format == "mooncake":
+        for key in ("arrivals", "input", "output", "sessions", "shared_prefix", "reasoning"):
+            if root.has(key):
+                raise root.error(key, "a Mooncake trace gives arrivals, lengths and shared blocks itself: drop this")
+        arrivals = None
+    else:
+        arrivals = _parse_arrivals(root.sub("arrivals"))
+    if trace is None:
+        input_ = _parse_dist(root, "input", base, source=True)
+        output = _parse_dist(root, "output", base, source=True)
+        sessions = _parse_sessions(root.sub("sessions"), base) if root.has("sessions") else None
+        prefix = _parse_prefix(root.sub("shared_prefix")) if root.has("shared_prefix") else None
+        reasoning = _parse_reasoning(root.sub("reasoning"), base) if root.has("reasoning") else None
+    else:
+        for key in ("input", "output", "sessions", "shared_prefix", "reasoning"):
+            if root.has(key):
+                raise root.error(key, "the trace gives the requests' lengths and sessions: drop this")
+        input_ = output = None
+        sessions = prefix = reasoning = None
+    slo = _parse_slo(root.sub("slo")) if root.has("slo") else None
+    root.done()
+    return Scenario(name, description, model, file, arrivals, input_, output, sessions, prefix, reasoning, slo, trace)
+
+
+def _source(s: Section) -> None:
+    value = s.raw("source")
+    if not isinstance(value, str) or not value.strip():
+        raise s.error("source", "expected a citation: where the numbers of this part come from")
+
+
+def _parse_model(s: Section) -> str:
+    from archsim.models import load_preset
+
+    preset = s.str("preset")
+    _source(s)
+    s.done()
+    try:
+        load_preset(preset)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=s.file, where=s.where("preset")) from None
+    return preset
+
+
+def _positive(s: Section, key: str, default: Any = ...) -> float:
+    value = s.float(key) if default is ... else s.float(key, default)
+    if not value > 0 or not math.isfinite(value):
+        raise s.error(key, f"must be a positive number, got {value}")
+    return value
+
+
+def _count(s: Section, key: str, default: Any = ...) -> int:
+    """A positive integer: a token count accepts 4096 or "4K" (x1024)."""
+    value = s.raw(key) if default is ... else s.raw(key, default)
+    if isinstance(value, str) and value.strip()[-1:] in ("K", "k") and value.strip()[:-1].strip().isdigit():
+        value = int(value.strip()[:-1]) * 1024
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise s.error(key, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def _fraction(s: Section, key: str) -> float:
+    value = s.float(key)
+    if not 0 < value <= 1:
+        raise s.error(key, f"must lie in (0, 1], got {value}")
+    return value
+
+
+def _duration(s: Section, key: str, *, positive: bool) -> float:
+    value = s.raw(key)
+    if not isinstance(value, str):
+        raise s.error(key, f"expected a duration with a unit, like 2s or 200ms, got {value!r}")
+    ns = s.parsed(key, parse_time_ns)
+    if positive and ns <= 0:
+        raise s.error(key, f"must be a positive duration, got {value!r}")
+    return ns
+
+
+def _parse_think(s: Section, key: str) -> ThinkTime:
+    if not isinstance(s.raw(key), dict):
+        return ThinkTime("fixed", _duration(s, key, positive=False))
+    t = s.sub(key)
+    kind = t.choice("dist", ("fixed", "exponential"))
+    mean = _duration(t, "mean" if kind == "exponential" else "value", positive=False)
+    t.done()
+    return ThinkTime(kind, mean)
+
+
+def _parse_arrivals(s: Section) -> Arrivals:
+    process = s.choice("process", PROCESSES)
+    rate = cv = users = think = None
+    if process in ("poisson", "gamma"):
+        rate = _positive(s, "rate_per_s")
+        if process == "gamma":
+            cv = _positive(s, "cv")
+    else:
+        users = _count(s, "users")
+        think = _parse_think(s, "think_time")
+    _source(s)
+    s.done()
+    return Arrivals(process, rate, cv, users, think)
+
+
+def _parse_dist(parent: Section, key: str, base: Path, *, source: bool = False) -> LengthDist:
+    value = parent.raw(key)
+    if not isinstance(value, dict):
+        if source:
+            raise parent.error(key, "expected a mapping with `dist:` and `source:`")
+        return LengthDist("fixed", value=_count(parent, key))
+    s = parent.sub(key)
+    kind = s.choice("dist", DISTS)
+    if source:
+        _source(s)
+    if kind == "fixed":
+        dist = LengthDist("fixed", value=_count(s, "value"))
+    elif kind == "uniform":
+        low, high = _count(s, "min"), _count(s, "max")
+        if high < low:
+            raise s.error("max", f"must be >= min ({low}), got {high}")
+        dist = LengthDist("uniform", low=low, high=high)
+    elif kind == "lognormal":
+        dist = _parse_lognormal(s)
+    else:
+        dist = _parse_empirical(s, base)
+    s.done()
+    return dist
+
+
+def _parse_lognormal(s: Section) -> LengthDist:
+    median = _positive(s, "median")
+    if s.has("sigma") == s.has("mean"):
+        raise s.error("sigma", "give exactly one of sigma or mean (with median)")
+    if s.has("sigma"):
+        sigma = _positive(s, "sigma")
+    else:
+        mean = _positive(s, "mean")
+        if mean <= median:
+            raise s.error("mean", f"a lognormal's mean exceeds its median ({median}), got {mean}")
+        sigma = math.sqrt(2 * math.log(mean / median))  # mean = median x exp(sigma^2 / 2)
+    low = _count(s, "min", 1)
+    high = _count(s, "max") if s.has("max") else 0
+    if high and high < low:
+        raise s.error("max", f"must be >= min ({low}), got {high}")
+    return LengthDist("lognormal", low=low, high=high, mu=math.log(median), sigma=sigma)
+
+
+def _parse_empirical(s: Section, base: Path) -> LengthDist:
+    name = s.str("file")
+    path = Path(name) if Path(name).is_absolute() else base / name
+    text = read_text_input(path, ConfigError, what="CSV")
+    lines = text.splitlines()
+    if not lines or [c.strip() for c in lines[0].split(",")] not in (["tokens", "weight"], ["turns", "weight"]):
+        raise ConfigError("expected the header `tokens,weight` (or `turns,weight`)", file=str(path), where="line 1")
+    tokens, weights = [], []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            t, w = int(cells[0]), float(cells[1])
+            if len(cells) != 2:
+                raise ValueError
+        except (ValueError, IndexError):
+            raise ConfigError(f"expected `tokens,weight` (an integer and a number), got {line!r}", file=str(path),
+                              where=f"line {number}") from None
+        if t <= 0 or not w > 0 or not math.isfinite(w):
+            raise ConfigError(f"tokens and weight must be positive, got {line!r}", file=str(path),
+                              where=f"line {number}")
+        tokens.append(t)
+        weights.append(w)
+    if not tokens:
+        raise ConfigError("the table has no rows", file=str(path))
+    return LengthDist("empirical", table_tokens=tuple(tokens), table_weights=tuple(weights))
+
+
+def _parse_sessions(s: Section, base: Path) -> Sessions:
+    turns = _parse_dist(s, "turns", base)
+    new_tokens = _parse_dist(s, "new_tokens", base)
+    think = _parse_think(s, "think_time")
+    _source(s)
+    s.done()
+    return Sessions(turns, new_tokens, think)
+
+
+def _parse_prefix(s: Section) -> SharedPrefix:
+    tokens = _count(s, "tokens")
+    fraction = _fraction(s, "fraction")
+    groups = _count(s, "groups", 1)
+    _source(s)
+    s.done()
+    return SharedPrefix(tokens, fraction, groups)
+
+
+def _parse_reasoning(s: Section, base: Path) -> Reasoning:
+    fraction = _fraction(s, "fraction")
+    output = _parse_dist(s, "output", base)
+    _source(s)
+    s.done()
+    return Reasoning(fraction, output)
+
+
+def _parse_slo(s: Section) -> Slo:
+    ttft = _duration(s, "ttft", positive=True) if s.has("ttft") else None
+    tpot = _duration(s, "tpot", positive=True) if s.has("tpot") else None
+    if ttft is None and tpot is None:
+        raise s.error("ttft", "missing: give ttft, tpot or both (or drop slo)")
+    _source(s)
+    s.done()
+    return Slo(ttft, tpot)
+
+
+def _parse_trace(s: Section, base: Path) -> TraceInput:
+    name = s.str("trace")
+    path = Path(name) if Path(name).is_absolute() else base / name
+    fmt = s.choice("format", TRACE_FORMATS)
+    only = {"mooncake": ("hash_block_tokens", "time_scale"), "logical": ("think_time",)}
+    for other, keys in only.items():
+        for key in keys:
+            if fmt != other and s.has(key):
+                raise s.error(key, f"only for format: {other}")
+    hash_block = _count(s, "hash_block_tokens", 512) if fmt == "mooncake" else 0
+    scale = _positive(s, "time_scale", 1.0) if fmt == "mooncake" else 1.0
+    think = _parse_think(s, "think_time") if s.has("think_time") else ThinkTime("fixed", 0.0)
+    _source(s)
+    s.done()
+    return TraceInput(str(path), fmt, hash_block, scale, think)
+
+
+# ---------------------------------------------------------------------------------------------------- requests
+
+
+def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float | None = None, seed: int = 0,
+             block_tokens: int = 16) -> RequestTable:
+    """Draw the scenario's requests: the first `n_requests`, or every session arriving before `duration_ns`.
+
+    One numpy Generator per random quantity (spawned from `seed`), so the same inputs give identical arrays.
+    """
+    if (n_requests is None) == (duration_ns is None):
+        raise ConfigError("give exactly one of a request count or a duration", file=scn.file, where="--requests")
+    if n_requests is not None and n_requests < 1:
+        raise ConfigError(f"must be >= 1, got {n_requests}", where="--requests")
+    if duration_ns is not None and not duration_ns > 0:
+        raise ConfigError(f"must be a positive duration, got {duration_ns} ns", where="--duration")
+    if block_tokens < 1:
+        raise ConfigError(f"must be >= 1, got {block_tokens}", where="system.serving.block_tokens")
+    if scn.trace is not None:
+        return _from_trace(scn, n_requests, duration_ns, seed, block_tokens)
+    rng = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
+    assert scn.arrivals is not None and scn.input is not None and scn.output is not None
+    turns_dist = scn.sessions.turns if scn.sessions else LengthDist("fixed", value=1)
+    turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng,
+                                         lambda k: turns_dist.sample(rng["turns"], k))
+    return _build(scn, turns, starts, rng, block_tokens)
+
+
+def _inter_arrivals_s(arr: Arrivals, rng: np.random.Generator, n: int) -> np.ndarray:
+    assert arr.rate_per_s is not None
+    if arr.process == "poisson":
+        return rng.exponential(1.0 / arr.rate_per_s, size=n)
+    assert arr.cv is not None
+    shape = 1.0 / arr.cv**2  # gamma: mean shape x scale = 1 / rate, CV = 1 / sqrt(shape)
+    return rng.gamma(shape, 1.0 / (arr.rate_per_s * shape), size=n)
+
+
+def _open_loop_starts(arr: Arrivals, rng: np.random.Generator, n: int) -> np.ndarray:
+    """n session arrivals in ns, the first at 0."""
+    gaps = _inter_arrivals_s(arr, rng, max(n - 1, 0))
+    return np.concatenate(([0.0], np.cumsum(gaps) * 1e9))[:n]
+
+
+def _sessions_and_starts(scn: Scenario, n_requests: int | None, duration_ns: float | None,
+                         rng: dict[str, np.random.Generator],
+                         draw_turns: Callable[[int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Turns per session and each session's arrival (NaN: it waits for its user's previous session);
+    `draw_turns(k)` gives the turns of the first k sessions."""
+    arr = scn.arrivals
+    assert arr is not None
+    if n_requests is not None:
+        drawn = draw_turns(n_requests)
+        total = np.cumsum(drawn)
+        sessions = int(np.searchsorted(total, n_requests)) + 1
+        turns = drawn[:sessions].copy()
+        turns[-1] -= total[sessions - 1] - n_requests  # the last session is cut to give exactly n requests
+    else:
+        if arr.process == "closed_loop":
+            raise ConfigError("a closed loop's arrivals depend on the run: give a request count, not a duration",
+                              file=scn.file, where="scenario.arrivals.process")
+        assert arr.rate_per_s is not None and duration_ns is not None
+        chunk = max(64, int(arr.rate_per_s * duration_ns * 1e-9 * 1.25) + 16)
+        gaps: list[np.ndarray] = []
+        while sum(g.sum() for g in gaps) * 1e9 < duration_ns:
+            gaps.append(_inter_arrivals_s(arr, rng["arrivals"], chunk))
+        starts = np.concatenate(([0.0], np.cumsum(np.concatenate(gaps)) * 1e9))
+        sessions = int(np.searchsorted(starts, duration_ns, side="left"))
+        return draw_turns(sessions), starts[:sessions]
+    if arr.process == "closed_loop":
+        assert arr.users is not None
+        starts = np.full(sessions, np.nan)
+        starts[: arr.users] = 0.0  # every user sends at once; the next session waits for the user's last answer
+        return turns, starts
+    return turns, _open_loop_starts(arr, rng["arrivals"], sessions)
+
+
+def _build(scn: Scenario, turns: np.ndarray, starts: np.ndarray, rng: dict[str, np.random.Generator],
+           block_tokens: int) -> RequestTable:
+    assert scn.input is not None and scn.output is not None
+    shape = _Layout(turns)
+    later = shape.turn > 0
+    # lengths: each quantity from its own stream, so e.g. adding reasoning leaves the prompts unchanged
+    user = np.empty(shape.n, dtype=np.int64)
+    user[~later] = scn.input.sample(rng["input"], shape.sessions)
+    if scn.sessions is not None:
+        user[later] = scn.sessions.new_tokens.sample(rng["new_tokens"], int(later.sum()))
+    output = scn.output.sample(rng["output"], shape.n)
+    if scn.reasoning is not None:
+        long = rng["reasoning"].random(shape.n) < scn.reasoning.fraction
+        output[long] = scn.reasoning.output.sample(rng["reasoning"], int(long.sum()))
+    prefix_group = np.full(shape.sessions, -1, dtype=np.int64)
+    if scn.prefix is not None:
+        has = rng["prefix"].random(shape.sessions) < scn.prefix.fraction
+        groups = rng["prefix"].integers(scn.prefix.groups, size=shape.sessions)
+        prefix_group[has] = groups[has]
+    think = np.zeros(shape.n)
+    if scn.sessions is not None:
+        think[later] = scn.sessions.think.sample(rng["think"], int(later.sum()))
+    return _assemble(scn, shape, starts, user, output, think, prefix_group, scn.prefix.tokens if scn.prefix else 0,
+                     rng, block_tokens)
+
+
+class _Layout:
+    """Rows of `turns[s]` requests per session s, session after session."""
+
+    def __init__(self, turns: np.ndarray) -> None:
+        self.turns = np.asarray(turns, dtype=np.int64)
+        self.sessions = len(self.turns)
+        self.n = int(self.turns.sum())
+        self.session = np.repeat(np.arange(self.sessions, dtype=np.int64), self.turns)
+        self.first_row = np.concatenate(([0], np.cumsum(self.turns)[:-1])).astype(np.int64)
+        self.turn = (np.arange(self.n, dtype=np.int64) - self.first_row[self.session]).astype(np.int32)
+
+
+def _assemble(scn: Scenario, shape: _Layout, starts: np.ndarray, user: np.ndarray, output: np.ndarray,
+              think: np.ndarray, prefix_group: np.ndarray, prefix_tokens: int, rng: dict[str, np.random.Generator],
+              block_tokens: int) -> RequestTable:
+    """The table: a later turn waits for the previous one; in a closed loop a user's next session waits for
+    the last turn of its previous one (think time from the arrivals)."""
+    assert scn.arrivals is not None
+    later = shape.turn > 0
+    prev = np.where(later, np.arange(shape.n, dtype=np.int64) - 1, -1)
+    arrival = np.full(shape.n, np.nan)
+    arrival[shape.first_row] = starts
+    think = think.copy()
+    if scn.arrivals.process == "closed_loop":
+        users, gap = scn.arrivals.users, scn.arrivals.think
+        assert users is not None and gap is not None
+        waiting = np.arange(users, shape.sessions)
+        prev[shape.first_row[waiting]] = shape.first_row[waiting - users] + shape.turns[waiting - users] - 1
+        think[shape.first_row[waiting]] = gap.sample(rng["think"], len(waiting))
+    seg_offsets, ids, lens = _segments(shape.session, shape.first_row, prefix_group, user, output, prefix_tokens)
+    return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
+                                      turn=shape.turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
+                                      seg_tokens=lens, block_tokens=block_tokens)
+
+
+def _segments(session: np.ndarray, first_row: np.ndarray, prefix_group: np.ndarray, user: np.ndarray,
+              output: np.ndarray, prefix_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's prompt as content segments: [shared prefix] + earlier turns (user, answer) + new user tokens.
+
+    Content ids: the prefix by its group; a user turn and an answer by the row that sent / produced them, so
+    a later turn of the same session repeats its history's ids exactly and nothing else matches.
+    """
+    kinds: list[int] = []
+    refs: list[int] = []
+    lens: list[int] = []
+    offsets = [0]
+    for r in range(len(session)):
+        s = int(session[r])
+        if prefix_group[s] >= 0:
+            kinds.append(PREFIX)
+            refs.append(int(prefix_group[s]))
+            lens.append(prefix_tokens)
+        for q in range(int(first_row[s]), r + 1):
+            for kind, tokens in ((USER, user[q]), (ANSWER, output[q])):
+                if tokens > 0 and (q < r or kind == USER):  # a turn may send no new tokens (a trace's)
+                    kinds.append(kind)
+                    refs.append(q)
+                    lens.append(int(tokens))
+        offsets.append(len(kinds))
+    ids = mix(mix(content_id(), np.asarray(kinds, dtype=np.uint64)), np.asarray(refs, dtype=np.uint64))
+    return np.asarray(offsets, dtype=np.int64), ids, np.asarray(lens, dtype=np.int64)
+
+
+def _from_trace(scn: Scenario, n_requests: int | None, duration_ns: float | None, seed: int,
+                block_tokens: int) -> RequestTable:
+    trace = scn.trace
+    assert trace is not None
+    if trace.format == "logical":
+        return _from_logical(scn, n_requests, duration_ns, seed, block_tokens)
+    from archsim.serving.mooncake import read_mooncake
+
+    if trace.hash_block_tokens % block_tokens:
+        raise ConfigError(f"KV blocks of {block_tokens} tokens do not divide the trace's {trace.hash_block_tokens}-"
+                          f"token hash blocks (system.serving.block_tokens must divide it)", file=scn.file,
+                          where="scenario.requests.hash_block_tokens")
+    table = read_mooncake(trace.path, block_tokens=block_tokens, hash_block_tokens=trace.hash_block_tokens,
+                          time_scale=trace.time_scale)
+    if n_requests is not None:
+        if n_requests > len(table):
+            raise ConfigError(f"the trace holds {len(table)} requests, {n_requests} were asked for",
+                              file=trace.path, where="--requests")
+        return head(table, n_requests)
+    assert duration_ns is not None
+    return head(table, int(np.searchsorted(table.arrival_ns, duration_ns, side="left")))
+
+
+def _from_logical(scn: Scenario, n_requests: int | None, duration_ns: float | None, seed: int,
+                  block_tokens: int) -> RequestTable:
+    """Sessions replaying the trace's requests in turn (session s: trace request s mod R), arriving by the
+    scenario's arrival process (archsim/serving/logical.py)."""
+    from archsim.serving.logical import read_logical_sessions
+
+    assert scn.trace is not None
+    found = read_logical_sessions(scn.trace.path)
+    if found.model and found.model != scn.model:
+        raise ConfigError(f"the trace records model {found.model!r}: name it here", file=scn.file,
+                          where="scenario.model.preset")
+    templates = found.sessions
+    counts = np.array([len(t.new_tokens) for t in templates], dtype=np.int64)
+    rng = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
+    turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng,
+                                         lambda k: counts[np.arange(k) % len(templates)])
+    shape = _Layout(turns)
+    which = shape.session % len(templates)
+    user = np.array([templates[w].new_tokens[t] for w, t in zip(which, shape.turn, strict=True)], dtype=np.int64)
+    output = np.array([templates[w].output_tokens[t] for w, t in zip(which, shape.turn, strict=True)],
+                      dtype=np.int64)
+    think = np.zeros(shape.n)
+    later = shape.turn > 0
+    think[later] = scn.trace.think.sample(rng["think"], int(later.sum()))
+    shared = found.shared_prefix_tokens
+    prefix_group = np.zeros(shape.sessions, dtype=np.int64) if shared > 0 else np.full(shape.sessions, -1)
+    return _assemble(scn, shape, starts, user, output, think, prefix_group, shared, rng, block_tokens)
+
+
+def head(table: RequestTable, n: int) -> RequestTable:
+    """The first n requests of a table (a prefix keeps every `prev` inside it)."""
+    if n < 1:
+        raise ConfigError("no request arrives within the duration", where="--duration")
+    end = int(table.block_offsets[n])
+    return RequestTable(table.arrival_ns[:n].copy(), table.prev[:n].copy(), table.think_ns[:n].copy(),
+                        table.session[:n].copy(), table.turn[:n].copy(), table.input_tokens[:n].copy(),
+                        table.output_tokens[:n].copy(), table.block_offsets[: n + 1].copy(),
+                        table.block_keys[:end].copy(), table.block_tokens)

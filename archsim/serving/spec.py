@@ -1,0 +1,97 @@
+"""What the serving engine is given about a system: its KV tiers, its batching limits and the cost of one
+iteration. The lead builds these from `system.kv.tiers` and `system.serving`; the engine only reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from archsim.errors import ConfigError
+
+TIER_KINDS = ("hbm", "pool", "host_dram", "nvme", "rdma")
+ROUTERS = ("round_robin", "least_loaded", "prefix")
+PREEMPTIONS = ("recompute", "swap")
+DECODE_MODES = ("load", "stream")
+
+
+class IterationCost(Protocol):
+    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray) -> float:
+        """One iteration of one model instance on a mixed batch: sequence s has cached_tokens[s] tokens of KV
+        already and computes new_tokens[s] tokens now (decode: 1; a prefill chunk: the chunk)."""
+        ...
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    name: str
+    kind: str                 # hbm|pool|host_dram|nvme|rdma
+    capacity_bytes: int       # hbm: per instance (room after weights); lower tiers: shared by every instance
+    link: str | None          # the link a load from this tier into HBM crosses (None for hbm)
+    link_GBps: float
+    link_latency_ns: float
+    compute: str              # pnm|none
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    system: str
+    tier_label: str
+    instances: int
+    tensor_parallel: int
+    router: str                     # round_robin|least_loaded|prefix
+    max_batch_tokens: int
+    max_batch_seqs: int
+    chunked_prefill: bool
+    block_tokens: int
+    preemption: str                 # recompute|swap
+    kv_bytes_per_token: int         # one model instance, all layers
+    tiers: tuple[TierSpec, ...]     # fastest first
+    kv_home: int                    # tier index where running sequences' KV lives (0: HBM; a pnm pool's index)
+    max_context_tokens: int
+    decode: str                     # load|stream
+    disaggregated: bool = False
+    prefill_instances: int = 0
+
+    @property
+    def block_bytes(self) -> int:
+        return self.block_tokens * self.kv_bytes_per_token
+
+    def capacity_blocks(self, tier: int) -> int:
+        return int(self.tiers[tier].capacity_bytes // self.block_bytes)
+
+
+def validate(spec: ServingSpec) -> None:
+    """Raise ConfigError naming the `system.serving` / `system.kv` key that is out of range."""
+    def need(ok: bool, where: str, what: str) -> None:
+        if not ok:
+            raise ConfigError(what, where=where)
+
+    need(spec.instances >= 1, "system.serving.instances", f"must be at least 1, got {spec.instances}")
+    need(spec.router in ROUTERS, "system.serving.router", f"must be one of {', '.join(ROUTERS)}, got {spec.router!r}")
+    need(spec.preemption in PREEMPTIONS, "system.serving.preemption",
+         f"must be one of {', '.join(PREEMPTIONS)}, got {spec.preemption!r}")
+    need(spec.decode in DECODE_MODES, "system.kv.decode", f"must be load or stream, got {spec.decode!r}")
+    need(spec.max_batch_tokens >= 1, "system.serving.max_batch_tokens",
+         f"must be positive, got {spec.max_batch_tokens}")
+    need(spec.max_batch_seqs >= 1, "system.serving.max_batch_seqs", f"must be positive, got {spec.max_batch_seqs}")
+    need(spec.block_tokens >= 1, "system.serving.block_tokens", f"must be positive, got {spec.block_tokens}")
+    need(spec.kv_bytes_per_token >= 1, "model.kv_bytes_per_token", f"must be positive, got {spec.kv_bytes_per_token}")
+    need(len(spec.tiers) >= 1, "system.kv.tiers", "needs at least one tier")
+    need(0 <= spec.kv_home < len(spec.tiers), "system.kv.tiers",
+         f"kv_home {spec.kv_home} is not a tier index (0..{len(spec.tiers) - 1})")
+    for t, tier in enumerate(spec.tiers):
+        need(tier.kind in TIER_KINDS, f"system.kv.tiers[{t}].kind",
+             f"must be one of {', '.join(TIER_KINDS)}, got {tier.kind!r}")
+        need(tier.capacity_bytes >= 0, f"system.kv.tiers[{t}].capacity", "must not be negative")
+        if t > 0:
+            need(tier.link_GBps > 0, f"system.kv.tiers[{t}].endpoint", f"link bandwidth must be positive, got "
+                 f"{tier.link_GBps} GB/s")
+    home = spec.tiers[spec.kv_home]
+    need(spec.kv_home == 0 or home.compute == "pnm", "system.kv.tiers",
+         f"KV can live in tier {home.name!r} only if it computes attention (compute: pnm)")
+    need(spec.decode == "load" or len(spec.tiers) > spec.kv_home + 1, "system.kv.decode",
+         "stream needs a tier below the KV home to stream from")
+    need(not spec.disaggregated or 1 <= spec.prefill_instances < spec.instances, "system.serving.prefill_instances",
+         f"disaggregation needs 1 <= prefill_instances < instances ({spec.instances}), got {spec.prefill_instances}")
