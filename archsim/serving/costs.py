@@ -20,7 +20,15 @@ from typing import Any
 import numpy as np
 
 from archsim.system.config import SystemConfig
-from archsim.system.mixed import DecodeTerms, decode_terms, mixed_step
+from archsim.system.mixed import (
+    NO_PREFILL,
+    DecodeTerms,
+    compose,
+    decode_terms,
+    gpu_time,
+    mixed_step,
+    prefill_layer_ns,
+)
 from archsim.system.workload import Workload
 
 GRID_RATIO = 4  # cached-token grid: 0, 1024, 4096, ... ; sequences grid: 1, 2, 4, ...
@@ -47,11 +55,15 @@ class StepCostTable:
     workload: Workload
     max_sequences: int
     max_cached_tokens: int
+    # decode: load -- remote KV is loaded into HBM once, so decoding reads it there (the HBM roofline) and
+    # only the prefill's write-through crosses the links; stream: every step fetches it (the decode-step model)
+    decode_from_hbm: bool = False
 
     def __post_init__(self) -> None:
         self.seq_grid = _grid_up_to(1, 2, max(1, self.max_sequences))
         self.token_grid = [0, *_grid_up_to(FIRST_TOKENS, GRID_RATIO, max(FIRST_TOKENS, self.max_cached_tokens))]
         self._terms: dict[tuple[int, int], DecodeTerms] = {}
+        self._gpu: dict[tuple[int, int, float], Any] = {}  # GPU time per (tokens, sequences, stretch)
         self._seen: list[tuple[int, int]] = []  # (d, N) of iterations the run asked for, for check()
         self.errors: list[float] = []
 
@@ -67,8 +79,7 @@ class StepCostTable:
 
     def decode_part(self, d: int, n: int) -> DecodeTerms:
         """DecodeTerms at d sequences holding n cached tokens in all, interpolated between grid points."""
-        kind = "gpu" if self.system.kv_location == "gpu" else ""
-        if kind:  # the GPUs' HBM roofline: exact, nothing tabulated
+        if self.system.kv_location == "gpu" or self.decode_from_hbm:  # the HBM roofline: exact, not tabulated
             return DecodeTerms(d, n // d, "gpu", 0.0, 0.0, 1.0)
         (d0, d1), wd = _bracket(self.seq_grid, d)
         (n0, n1), wn = _bracket(self.token_grid, n)
@@ -84,15 +95,26 @@ class StepCostTable:
     def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray) -> float:
         cached = np.asarray(cached_tokens, dtype=np.int64)
         new = np.asarray(new_tokens, dtype=np.int64)
-        decoding = new == 1
-        d = int(decoding.sum())
+        tokens, sequences = int(new.sum()), int(new.size)
+        if tokens == sequences:  # every sequence decodes: the engine's common case, scalars only
+            d, n, prefill = sequences, int(cached.sum()), NO_PREFILL
+        else:
+            decoding = new == 1
+            d, n = int(decoding.sum()), int(cached[decoding].sum())
+            prefill = prefill_layer_ns(self.system, self.workload, cached[~decoding], new[~decoding])
         terms = None
         if d:
-            n = int(cached[decoding].sum())
             terms = self.decode_part(d, n)
             if len(self._seen) < 4096:
                 self._seen.append((d, n))
-        return mixed_step(self.system, self.workload, cached, new, terms).time_ns
+        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        key = (tokens, sequences, stretch)
+        gpu = self._gpu.get(key)
+        if gpu is None:
+            w = self.workload
+            gpu = self._gpu[key] = gpu_time(w.shape, w.dtype, tokens, sequences, w.tensor_parallel,
+                                            self.system.gpus, stretch)
+        return compose(self.system, self.workload, tokens, sequences, d, n, prefill, terms, gpu).time_ns
 
     def check(self, samples: int = 6) -> float:
         """Largest relative error of the interpolated decode part against the decode-step model at iterations the

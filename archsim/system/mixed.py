@@ -83,23 +83,32 @@ def mixed_step(system: SystemConfig, workload: Workload, cached_tokens: np.ndarr
         raise ValueError("a mix needs as many cached as new token counts, new >= 1, cached >= 0")
     decoding = new == 1
     d = int(decoding.sum())
+    cached_d = int(cached[decoding].sum())
     if d and terms is None:
-        terms = decode_terms(system, workload, d, int(cached[decoding].sum()) // d)
-    return _compose(system, workload, cached, new, decoding, terms)
+        terms = decode_terms(system, workload, d, cached_d // d)
+    prefill = prefill_layer_ns(system, workload, cached[~decoding], new[~decoding])
+    return compose(system, workload, int(new.sum()), int(new.size), d, cached_d, prefill, terms)
 
 
-def _compose(system: SystemConfig, workload: Workload, cached: np.ndarray, new: np.ndarray,
-             decoding: np.ndarray, terms: DecodeTerms | None) -> MixedStep:
+NO_PREFILL = {"gpu": 0.0, "pnm": 0.0, "kv_write": 0.0}
+
+
+def compose(system: SystemConfig, workload: Workload, tokens: int, sequences: int, decode_sequences: int,
+            decode_cached_tokens: int, prefill: dict[str, float], terms: DecodeTerms | None,
+            gpu: GpuLayerTime | None = None) -> MixedStep:
+    """The iteration from the mix's aggregates: `tokens` new tokens of `sequences` sequences, of which
+    `decode_sequences` decode over `decode_cached_tokens` cached tokens in all; `prefill` the prefill chunks'
+    per-layer terms (NO_PREFILL without any); `gpu` the GPUs' time at (tokens, sequences) when the caller
+    memoized it. Scalar arithmetic only: the serving engine's hot path."""
     shape, gpus, tp = workload.shape, system.gpus, workload.tensor_parallel
     L = shape.num_layers
-    tokens, sequences = int(new.sum()), int(new.size)
-    stretch = terms.allreduce_stretch if terms is not None else 1.0
-    gpu = _gpu_time(shape, workload.dtype, tokens, sequences, tp, gpus, stretch)
-    prefill = _prefill_layer_ns(system, workload, cached[~decoding], new[~decoding])
+    if gpu is None:
+        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        gpu = gpu_time(shape, workload.dtype, tokens, sequences, tp, gpus, stretch)
     # the GPUs' own work of the layer: kernels, all-reduces, prefill attention
     own = {"gpu_weights": gpu.kernels_ns, "allreduce": gpu.allreduce_ns,
            "prefill_attention": prefill["gpu"] + prefill["pnm"]}
-    kv_d, flops_d = _decode_hbm_work(workload, cached[decoding])
+    kv_d, flops_d = _decode_hbm_work(workload, decode_sequences, decode_cached_tokens)
     kind = "gpu" if terms is None else terms.kind
     exposed = 0.0
     if kind == "gpu" or kind == "pnm":
@@ -123,7 +132,7 @@ def _compose(system: SystemConfig, workload: Workload, cached: np.ndarray, new: 
 
 
 @lru_cache(maxsize=1 << 16)
-def _gpu_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int, gpus: GpuConfig,
+def gpu_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int, gpus: GpuConfig,
               stretch: float) -> GpuLayerTime:
     """gpu_layer_time, memoized: a serving run asks for the same batch sizes over and over."""
     # the roofline inputs are only needed without a calibrated preset (building them walks every operator)
@@ -131,21 +140,28 @@ def _gpu_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: in
     return gpu_layer_time(shape, dtype, tokens, sequences, tp, gpus, work, allreduce_stretch=stretch)
 
 
-def _decode_hbm_work(workload: Workload, cached: np.ndarray) -> tuple[float, float]:
+def _decode_hbm_work(workload: Workload, sequences: int, cached_tokens: int) -> tuple[float, float]:
     """One GPU's HBM bytes and FLOPs of the decode sequences' attention per layer (their KV after the append,
     plus the append itself), as the decode-step model counts them."""
-    geo = kv_geometry(workload.shape, workload.dtype, 1, 0)
+    kv_heads, group, row_bytes, macs = _attention_constants(workload.shape, workload.dtype)
     tp = workload.tensor_parallel
-    rows = float((cached + 2).sum())
-    flops = 2.0 * float((cached + 1).sum()) * geo.kv_heads * geo.query_group * (geo.qk_dim + geo.out_dim)
-    return rows * geo.kv_heads * geo.row_bytes / tp, flops / tp
+    rows = float(cached_tokens + 2 * sequences)
+    flops = 2.0 * float(cached_tokens + sequences) * kv_heads * group * macs
+    return rows * kv_heads * row_bytes / tp, flops / tp
 
 
-def _prefill_layer_ns(system: SystemConfig, workload: Workload, cached: np.ndarray, new: np.ndarray) -> dict:
+@lru_cache(maxsize=64)
+def _attention_constants(shape: ModelShape, dtype: str) -> tuple[int, int, int, int]:
+    """Cached heads, query heads per cached head, bytes of one cached head's K and V row, MACs per score."""
+    geo = kv_geometry(shape, dtype, 1, 0)
+    return geo.kv_heads, geo.query_group, geo.row_bytes, geo.qk_dim + geo.out_dim
+
+
+def prefill_layer_ns(system: SystemConfig, workload: Workload, cached: np.ndarray, new: np.ndarray) -> dict:
     """Per layer: the prefill chunks' attention on the GPU and in the PNM, and their KV write to its home."""
-    out = {"gpu": 0.0, "pnm": 0.0, "kv_write": 0.0}
     if new.size == 0:
-        return out
+        return NO_PREFILL
+    out = dict(NO_PREFILL)
     shape, gpus, tp = workload.shape, system.gpus, workload.tensor_parallel
     geo = kv_geometry(shape, workload.dtype, 1, 0)
     heads, per_token_macs = geo.kv_heads * geo.query_group, geo.qk_dim + geo.out_dim
