@@ -133,6 +133,24 @@ class StepCostTable:
             self.errors.append(abs(t_approx - t_exact) / t_exact)
         return max(self.errors)
 
+    def pool_energy_coefficients(self) -> tuple[dict[str, float], dict[str, float]]:
+        """From the largest tabulated decode step: pJ per byte of KV the pool's units read (DRAM, PNM, SRAM,
+        background), and pJ per decode token on the links (its query and output); GPU terms left out."""
+        if not self._terms:
+            self._point(1, FIRST_TOKENS)
+        step = self._terms[max(self._terms, key=lambda k: (k[1], k[0]))].step
+        assert step is not None and step.energy_breakdown_pJ_per_token and step.kv_bytes
+        per_byte: dict[str, float] = {}
+        per_token: dict[str, float] = {}
+        for name, pj_per_token in step.energy_breakdown_pJ_per_token.items():
+            if name.startswith("gpu."):
+                continue
+            if name.startswith(("link.", "nic.")):
+                per_token[name] = pj_per_token
+            else:
+                per_byte[name] = pj_per_token * step.tokens / step.kv_bytes
+        return per_byte, per_token
+
     def declaration(self) -> dict[str, Any]:
         return {"grid_points": self.grid_points, "max_rel_error_measured": round(self.check(), 6),
                 "checked_iterations": len(self.errors), "method": METHOD}

@@ -12,6 +12,7 @@ from archsim.errors import ArchsimError
 from archsim.models.presets import load_preset
 from archsim.serving.build import cost_table, serving_spec, serving_workload
 from archsim.serving.costs import StepCostTable
+from archsim.serving.energy import run_energy
 from archsim.serving.engine import ServingResult, simulate
 from archsim.serving.metrics import summarize
 from archsim.serving.requests import RequestTable
@@ -53,6 +54,7 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     slo = scenario.slo
     metrics = summarize(result, warmup_requests=warmup, ttft_target_ns=slo.ttft_ns if slo else None,
                         tpot_target_ns=slo.tpot_ns if slo else None)
+    metrics.update(run_energy(system, workload, result, cost))
     return SystemRun(system, "ok", result, cost, metrics)
 
 
@@ -70,7 +72,7 @@ def _r6(value: Any) -> Any:
 NOT_IN_JSON = ("events_per_s",)
 NULL_METRICS = ("requests_completed", "requests_rejected", "ttft_ms", "tpot_ms", "e2e_ms", "breakdown_ms",
                 "throughput_tokens_per_s", "throughput_requests_per_s", "goodput_requests_per_s",
-                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes")
+                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes", "energy_J_per_token")
 
 
 def result_entry(run: SystemRun, scenario: Scenario) -> dict[str, Any]:
