@@ -70,6 +70,8 @@ COMMANDS = [
                                               "-o", o], "logical.npz", ".npz"),
     Command("trace generate -o", lambda t, o: ["trace", "generate", "--model", "tiny-llama", "--workload",
                                                "decode", "--context", "16", "-o", o], None, ".npz"),
+    Command("trace from-scenario -o", lambda t, o: ["trace", "from-scenario", "multiturn", "--requests", "20",
+                                                    "-o", o], None, ".jsonl"),
     Command("isa asm -o", lambda t, o: ["isa", "asm", str(t / "k.s"), "-o", o], "k.s", ".bin"),
     Command("isa disasm -o", lambda t, o: ["isa", "disasm", str(t / "k.bin"), "-o", o], "k.bin", ".s"),
     Command("pnm run --json", _pnm, "k.s", ".json"),

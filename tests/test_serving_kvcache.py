@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from archsim.serving.kvcache import MISS, UNBOUNDED, LRUTier, TieredPrefixCache
+from archsim.serving import kvcache
+from archsim.serving.kvcache import MISS, UNBOUNDED, LRUTier, TieredPrefixCache, infinite_cache_hit_rate
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
@@ -93,6 +94,12 @@ def test_two_tiers_promote_evict_to_copy_below_or_demote():
     assert pool["bytes_written"] == (3 + 1) * 1000 and pool["bytes_read"] == 2 * 1000
     with pytest.raises(ValueError, match="block 99"):
         c.promote(K(99), 0)
+
+
+def test_infinite_cache_hit_rate_counts_repeats_of_earlier_blocks():
+    assert infinite_cache_hit_rate(K(1, 2, 1, 3, 2, 1)) == 3 / 6
+    assert infinite_cache_hit_rate(K(1, 2, 1), [100, 50, 10]) == 10 / 160
+    assert math.isnan(infinite_cache_hit_rate(K()))
 
 
 def test_without_demotion_an_evicted_block_with_no_copy_below_is_dropped():
@@ -188,16 +195,22 @@ def _mooncake_keys(block_tokens: int):
     return out
 
 
-def _hit_rate(requests, capacities) -> float:
+def _hit_rates(requests, capacities) -> list[float]:
+    """Prompt-token-weighted hit rate served by each tier, lookups then write-through of every request."""
     c = TieredPrefixCache(capacities)
-    hit_tokens = total = 0
+    hit_tokens = np.zeros(len(capacities))
+    total = 0
     for keys, sizes in requests:
         tiers = c.lookup(keys)
-        hit_tokens += int(sizes[tiers >= 0].sum())
+        hit_tokens += np.bincount(tiers[tiers >= 0], weights=sizes[tiers >= 0], minlength=len(capacities))
         total += int(sizes.sum())
         for t in range(len(capacities)):
             c.insert_prefix(keys, t)
-    return hit_tokens / total
+    return (hit_tokens / total).tolist()
+
+
+def _hit_rate(requests, capacities) -> float:
+    return sum(_hit_rates(requests, capacities))
 
 
 def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capacity():
@@ -210,6 +223,9 @@ def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capaci
         total += int(sizes.sum())
         seen.update(ks)
     bound = bound_tokens / total
+    keys_all = np.concatenate([keys for keys, _ in requests])
+    sizes_all = np.concatenate([sizes for _, sizes in requests])
+    assert infinite_cache_hit_rate(keys_all, sizes_all) == pytest.approx(bound, rel=1e-12)
     # the trace's first 200 requests reuse 6.2 % of their prompt tokens (the whole trace 65 %: it warms up)
     assert bound == pytest.approx(0.0618, abs=5e-4)
     assert _hit_rate(requests, [UNBOUNDED]) == bound
@@ -218,6 +234,148 @@ def test_mooncake_hit_rate_equals_the_infinite_cache_bound_and_falls_with_capaci
     rates = [_hit_rate(requests, [cap]) for cap in capacities]
     assert all(a >= b for a, b in zip([bound, *rates], rates, strict=False)), rates
     assert rates[1] < bound and rates[-2] < rates[1] / 2 and rates[-1] == 0.0
-    # a small HBM over an unbounded written-through tier keeps the whole bound
-    c_rate = _hit_rate(requests, [1_000, UNBOUNDED])
-    assert c_rate == bound
+    # a small HBM over an unbounded written-through tier keeps the whole bound; HBM's share is that of a
+    # single LRU tier of its size, the rest is served below
+    for hbm_blocks, alone in zip(capacities[1:], rates[1:], strict=True):
+        hbm, below = _hit_rates(requests, [hbm_blocks, UNBOUNDED])
+        assert hbm == pytest.approx(alone, rel=1e-12) and hbm + below == pytest.approx(bound, rel=1e-12)
+
+
+class _ReferenceCache:
+    """The module docstring's semantics written as plainly as possible (lists, linear scans), to check the
+    optimized cache against on random operations."""
+
+    def __init__(self, caps: list[int], demote: bool = True) -> None:
+        self.caps, self.demote = caps, demote
+        self.order: list[list[int]] = [[] for _ in caps]  # unpinned, least recent first
+        self.pins: list[dict[int, int]] = [{} for _ in caps]
+        self.evictions = [0] * len(caps)
+        self.drops = [0] * len(caps)
+
+    def has(self, t: int, k: int) -> bool:
+        return k in self.order[t] or k in self.pins[t]
+
+    def size(self, t: int) -> int:
+        return len(self.order[t]) + len(self.pins[t])
+
+    def make_recent(self, t: int, k: int) -> None:
+        if k in self.order[t]:
+            self.order[t].remove(k)
+            self.order[t].append(k)
+
+    def lookup(self, keys: list[int]) -> list[int]:
+        found = []
+        for k in keys:
+            holders = [t for t in range(len(self.caps)) if self.has(t, k)]
+            if not holders:
+                break
+            found.append(holders[0])
+        for k in reversed(keys[:len(found)]):
+            for t in range(len(self.caps)):
+                self.make_recent(t, k)
+        return found + [MISS] * (len(keys) - len(found))
+
+    def dispose(self, t: int, v: int) -> None:
+        if any(self.has(s, v) for s in range(t + 1, len(self.caps))):
+            return
+        b = t + 1
+        if not self.demote or b == len(self.caps):
+            self.drops[t] += 1
+            return
+        if self.caps[b] != UNBOUNDED and self.size(b) >= self.caps[b]:
+            if not self.order[b]:
+                self.drops[t] += 1
+                return
+            w = self.order[b].pop(0)
+            self.evictions[b] += 1
+            self.order[b].append(v)
+            self.dispose(b, w)
+        else:
+            self.order[b].append(v)
+
+    def admit(self, t: int, keys: list[int], pin: bool) -> bool:
+        ks = list(dict.fromkeys(keys))
+        if self.caps[t] != UNBOUNDED and len(set(ks) | set(self.pins[t])) > self.caps[t]:
+            return False
+        victims = []
+        while self.caps[t] != UNBOUNDED and self.size(t) + sum(not self.has(t, k) for k in ks) > self.caps[t]:
+            v = next(x for x in self.order[t] if x not in ks)
+            self.order[t].remove(v)
+            victims.append(v)
+            self.evictions[t] += 1
+        for k in reversed(ks):
+            if pin:
+                if k in self.order[t]:
+                    self.order[t].remove(k)
+                self.pins[t][k] = self.pins[t].get(k, 0) + 1
+            elif k not in self.pins[t]:
+                if k in self.order[t]:
+                    self.order[t].remove(k)
+                self.order[t].append(k)
+        for v in victims:
+            self.dispose(t, v)
+        return True
+
+    def unpin(self, t: int, keys: list[int]) -> None:
+        for k in reversed(list(dict.fromkeys(keys))):
+            self.pins[t][k] -= 1
+            if not self.pins[t][k]:
+                del self.pins[t][k]
+                self.order[t].append(k)
+
+
+@pytest.mark.parametrize("short", [kvcache._SHORT, 0], ids=["blockwise", "tierwise"])  # both lookup paths
+@pytest.mark.parametrize("caps, demote", [([3, 5, 8], True), ([4, UNBOUNDED], True), ([2, 6, 6], False)])
+def test_random_operations_match_the_reference_semantics(caps, demote, short, monkeypatch):
+    monkeypatch.setattr(kvcache, "_SHORT", short)
+    rng = np.random.default_rng(len(caps) * 10 + demote)
+    c = TieredPrefixCache(caps, demote=demote)
+    ref = _ReferenceCache(caps, demote)
+    pinned: list[tuple[int, list[int]]] = []
+    for step in range(4000):
+        keys = rng.integers(0, 14, size=int(rng.integers(1, 5))).tolist()
+        t = int(rng.integers(len(caps)))
+        op = rng.random()
+        if op < 0.3:
+            assert c.lookup(K(*keys)).tolist() == ref.lookup(keys), step
+        elif op < 0.55:
+            pin = bool(rng.random() < 0.4)
+            ok = c.insert(K(*keys), t, pin=pin)
+            assert ok == ref.admit(t, keys, pin), step
+            if ok and pin:
+                pinned.append((t, keys))
+        elif op < 0.7:
+            fit = c.insert_prefix(K(*keys), t)
+            for n in range(len(keys), -1, -1):  # the reference: the longest leading run an admit accepts
+                trial = len(set(keys[:n]) | set(ref.pins[t]))
+                if caps[t] == UNBOUNDED or trial <= caps[t]:
+                    break
+            assert fit == n, step
+            if n:
+                ref.admit(t, keys[:n], False)
+        elif op < 0.85:
+            below = [k for k in keys if any(ref.has(s, k) for s in range(t, len(caps)))]
+            if below:
+                pin = bool(rng.random() < 0.4)
+                ok = c.promote(K(*below), t, pin=pin)
+                assert ok == ref.admit(t, below, pin), step
+                if ok and pin:
+                    pinned.append((t, below))
+        elif op < 0.87:
+            resident = [k for k in keys if ref.has(t, k)]
+            if resident:
+                c.pin(K(*resident), t)
+                for k in dict.fromkeys(resident):
+                    if k in ref.order[t]:
+                        ref.order[t].remove(k)
+                    ref.pins[t][k] = ref.pins[t].get(k, 0) + 1
+                pinned.append((t, resident))
+        else:
+            for _ in range(min(len(pinned), 2)):  # pins must not pile up until every tier is frozen
+                t_pin, keys_pin = pinned.pop(int(rng.integers(len(pinned))))
+                c.unpin(K(*keys_pin), t_pin)
+                ref.unpin(t_pin, keys_pin)
+        for s in range(len(caps)):
+            assert lru_order(c, s) == ref.order[s], (step, s)
+            assert c.tiers[s]._pins == ref.pins[s], (step, s)
+            assert c.tiers[s].counters.evictions == ref.evictions[s] and c.tiers[s].counters.drops == ref.drops[s]

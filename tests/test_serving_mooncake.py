@@ -161,3 +161,23 @@ def test_the_writer_places_later_turns_after_their_think_time():
     assert [r["timestamp"] for r in rows] == np.rint(ms[order]).astype(int).tolist()
     assert [r["input_length"] for r in rows] == table.input_tokens[order].tolist()
     assert [len(r["hash_ids"]) for r in rows] == [-(-int(n) // 16) for n in table.input_tokens[order]]
+
+
+def test_trace_from_scenario_writes_a_trace_that_reads_back(tmp_path):
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+
+    out = tmp_path / "gen.jsonl"
+    result = CliRunner().invoke(main, ["trace", "from-scenario", "shared-prefix", "--requests", "40", "--seed", "5",
+                                       "--set", "scenario.shared_prefix.groups=2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    back = read_mooncake(out, block_tokens=128)
+    table = load_scenario("shared-prefix", ["scenario.shared_prefix.groups=2"]).requests(n_requests=40, seed=5,
+                                                                                        block_tokens=512)
+    assert np.array_equal(back.input_tokens, table.input_tokens)
+    assert out.read_bytes() == mooncake_jsonl(table)
+    bad = CliRunner().invoke(main, ["trace", "from-scenario", "multiturn", "--requests", "5", "--set",
+                                    "scenario.input.value=0", "-o", str(tmp_path / "x.jsonl")])
+    assert bad.exit_code == 2 and "scenario.input.value" in bad.output
+    assert not (tmp_path / "x.jsonl").exists()

@@ -230,6 +230,10 @@ def test_duplicate_keys_and_traces_given_as_scenarios(tmp_path):
 
 
 def test_a_mooncake_scenario_refuses_lengths_of_its_own(tmp_path):
+    trace = {"trace": "absent.jsonl", "format": "mooncake", "source": "t"}
+    err = _error(tmp_path, requests=trace, arrivals=None, input=None, output=None)
+    assert err.where == "scenario.requests.trace" and "no such file" in err.detail
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [0]}\n')
     trace = {"trace": "t.jsonl", "format": "mooncake", "source": "t"}
     err = _error(tmp_path, requests=trace, arrivals=None, input=None, output=None,
                  sessions={"turns": 2, "new_tokens": 5, "think_time": "1s", "source": "t"})
@@ -241,3 +245,10 @@ def test_a_mooncake_scenario_refuses_lengths_of_its_own(tmp_path):
 def test_mean_of_length_distributions():
     scn = _scenario(input={"dist": "lognormal", "median": 100, "sigma": 1.0, "source": "t"})
     assert scn.input is not None and math.isclose(scn.input.mean, 100 * math.exp(0.5))
+
+
+def test_summary_names_the_shipped_files():
+    assert load_scenario("multiturn").summary() == {
+        "name": "multiturn", "file": "configs/scenarios/multiturn.yaml", "model": "llama-3.1-70b", "trace": None,
+        "slo_ttft_ms": 2000.0, "slo_tpot_ms": 200.0}
+    assert load_scenario("mooncake-sample").summary()["trace"] == "traces/mooncake_sample.jsonl"

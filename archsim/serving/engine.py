@@ -68,11 +68,15 @@ class ServingResult:
     preemptions: np.ndarray        # int64[n]
     tier_read_bytes: np.ndarray    # float64[tiers]: KV read out of each tier (loads, streams, swap-ins)
     tier_write_bytes: np.ndarray   # float64[tiers]: KV written into each tier (prefill/decode, write-through)
+    swap_out_bytes: float          # KV of preempted sequences moved down (preemption: swap)
+    swap_in_bytes: float
     link_bytes: dict[str, float]
     link_busy_ns: dict[str, float]
     peak_pinned_blocks: np.ndarray  # int64[tiers]: most blocks running sequences held in one copy of the tier
     capacity_blocks: np.ndarray     # int64[tiers]
     iterations: int
+    tokens_emitted: int            # output tokens sampled, counted as the iterations produce them
+    tokens_computed: int           # tokens whose KV the iterations computed (prefill chunks + decode tokens)
     events: int                    # arrivals + iterations + completions
     inflight_area_ns: float        # integral of (queued + running) requests over time
     span_start_ns: float           # first arrival
@@ -130,6 +134,8 @@ def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray
 
 
 class _Engine:
+    fast_decode = True     # the decode fast path (exact; off only to test that it is)
+
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
         validate(spec)
         if spec.disaggregated:
@@ -248,6 +254,8 @@ class _Engine:
         # a finished turn's successor arrives no sooner than this after it (bounds the decode fast path)
         self.min_think_ns = float(self.table.think_ns[later].min()) if later.any() else math.inf
         self.iterations = self.arrivals = self.completions = 0
+        self.tokens_emitted = self.tokens_computed = 0     # output tokens sampled; tokens whose KV was computed
+        self.swap_out_bytes = self.swap_in_bytes = 0.0
         self.inflight = 0
         self.inflight_area = 0.0
         self.inflight_t = 0.0
@@ -362,7 +370,7 @@ class _Engine:
             if batch is None:
                 return
             ids, news, prefill, decode_only = batch
-            if decode_only:
+            if decode_only and self.fast_decode:
                 t_after = self._fast_decode(i, t, ids)
                 if t_after > t:
                     t = t_after
@@ -451,6 +459,8 @@ class _Engine:
             self.ctx[ids] = ctx
             self.out_done[ids] += done
             self.iterations += done
+            self.tokens_emitted += done * len(ids)
+            self.tokens_computed += done * len(ids)
             self.tier_write[self.base] += float(done * len(ids) * self.kvb)
             if self.base > 0:
                 link = self.links[self.tier_link[self.base]]
@@ -501,6 +511,7 @@ class _Engine:
             size = float(self.ctx[r] * self.kvb)
             self._transfer(below, size, X_WRITE, r, t)
             self.tier_write[below] += size
+            self.swap_out_bytes += size
             self.swapped[r] = True
         else:                                  # recompute: prefill prompt + generated tokens again
             self.target[r] = self.in_tokens[r] + self.out_done[r]
@@ -605,6 +616,7 @@ class _Engine:
         self.tier_read[below] += size
         self.tier_write[self.base + v] += size
         self._transfer(below, size, X_SWAP_IN, r, t)
+        self.swap_in_bytes += size
         self.xfers_left[r] = 1
         self.swapped[r] = False
         self.state[r] = LOADING
@@ -657,11 +669,13 @@ class _Engine:
         self.batch[i] = None
         self.busy[i] = False
         self.iterations += 1
+        self.tokens_computed += int(news.sum())
         self.ctx[ids] += news
         decoded = ids[~prefill]
         self.out_done[decoded] += 1
         filled = ids[prefill]
         filled = filled[self.ctx[filled] >= self.target[filled]]
+        self.tokens_emitted += len(decoded) + len(filled)
         if len(filled):
             self.out_done[filled] += 1
             for r in filled.tolist():
@@ -806,8 +820,10 @@ class _Engine:
             hit_blocks=self.hit_blocks, loaded_blocks=self.loaded_blocks, instance=self.inst,
             completed=self.state == DONE, rejected=self.rejected, streamed=self.streams.copy(),
             preemptions=self.preemptions, tier_read_bytes=self.tier_read.copy(), tier_write_bytes=tier_write,
+            swap_out_bytes=self.swap_out_bytes, swap_in_bytes=self.swap_in_bytes,
             link_bytes=link_bytes, link_busy_ns={ps.name: ps.busy_ns for ps in self.links},
             peak_pinned_blocks=self.peak_pinned.copy(), capacity_blocks=self.cap_blocks.copy(),
-            iterations=self.iterations, events=self.arrivals + self.iterations + self.completions,
+            iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
+            events=self.arrivals + self.iterations + self.completions,
             inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
             cache_stats=stats, wall_s=wall_s)

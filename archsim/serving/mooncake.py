@@ -16,7 +16,9 @@ of a prompt gets a key unique to the request, as in requests.py. Arrivals are ti
 Writing (`mooncake_jsonl`), a table's keys become dense ids in order of first appearance, and its block size
 is the trace's `hash_block_tokens`. The format has no dependencies between requests: a later turn (arrival
 NaN in the table) is written at its `prev` request's timestamp plus its think time, i.e. as if answers took
-no time; lines are sorted by timestamp (stable).
+no time; lines are sorted by timestamp (stable). A prompt's last partial block gets an id of its own (only
+full blocks are shared), so a Mooncake trace read and written again keeps its lengths, timestamps and full
+blocks' sharing but not the ids of partial last blocks that the original repeats.
 """
 
 from __future__ import annotations

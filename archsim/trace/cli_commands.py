@@ -1,4 +1,4 @@
-"""Click commands for traces: `capture`, and the `trace` group (info, convert, generate).
+"""Click commands for traces: `capture`, and the `trace` group (info, convert, generate, from-scenario).
 
 archsim.cli registers them. Bad input raises ConfigError / TraceError, which the top-level group turns
 into one line and exit code 2. Heavy imports (torch, transformers) happen inside the commands.
@@ -383,3 +383,37 @@ def trace_generate(model: str, workload: str, output: str, layers: int | None, d
     outputs.write(output, generated.write)
     outputs.commit()
     click.echo(f"wrote {output}: {len(generated.steps)} steps of {workload} on {shape.name}")
+
+
+@trace.command("from-scenario")
+@click.argument("scenario")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Mooncake JSONL to write.")
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), help="Requests to draw.")
+@click.option("--duration", help="Or every session arriving within this time (e.g. 60s).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--hash-block-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Tokens per hash_ids block.")
+@click.option("--set", "overrides", multiple=True, metavar="scenario.DOTTED.KEY=VALUE",
+              help="Override a scenario value (repeatable).")
+def trace_from_scenario(scenario: str, output: str, n_requests: int | None, duration: str | None, seed: int,
+                        hash_block_tokens: int, overrides: tuple[str, ...]) -> None:
+    """Write the requests a scenario draws as a Mooncake-style JSONL trace (archsim/serving/mooncake.py)."""
+    from archsim.outputs import OutputPlan
+    from archsim.serving.mooncake import mooncake_jsonl
+    from archsim.serving.scenario import load_scenario
+    from archsim.units import parse_time_ns
+
+    outputs = OutputPlan()
+    outputs.add(output, "--output")
+    bad = [o for o in overrides if not o.strip().startswith("scenario.")]
+    if bad:
+        raise ConfigError(f"{bad[0]!r}: only scenario.* values can be set here", where="--set")
+    if (n_requests is None) == (duration is None):
+        raise ConfigError("give exactly one of --requests or --duration", where="--requests")
+    duration_ns = None if duration is None else parse_time_ns(duration, "--duration")
+    table = load_scenario(scenario, overrides).requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
+                                                        block_tokens=hash_block_tokens)
+    data = mooncake_jsonl(table)
+    outputs.write(output, lambda tmp: tmp.write_bytes(data))
+    outputs.commit()
+    click.echo(f"wrote {output}: {len(table)} requests, {len(table.block_keys)} blocks of {hash_block_tokens} tokens")

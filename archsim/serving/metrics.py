@@ -1,0 +1,120 @@
+"""Request-level metrics of a serving run (issue 19): TTFT, TPOT and end-to-end latency with mean and numpy's
+linear percentiles over the completed requests after a warm-up, TTFT split into queueing / KV load / prefill,
+throughput, goodput under SLO targets, prefix-cache hit rates, bytes per tier and link, link utilization.
+
+* TTFT = first token - arrival; TPOT = (last - first token) / (output tokens - 1), over requests with more
+  than one output token; E2E = last token - arrival.
+* Warm-up: the first `warmup_requests` completed requests in arrival order are left out of every figure.
+* Throughput and goodput are over the measured requests' window: first arrival to last token among them.
+* Goodput counts the measured requests meeting every given target (TTFT, and TPOT where defined); None
+  without targets.
+* Prefix hit rate: hit prompt tokens over prompt tokens (full blocks found at admission), overall and per tier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from archsim.serving.engine import ServingResult
+
+PERCENTILES = (50, 90, 99)
+
+
+def distribution_ms(values_ns: np.ndarray) -> dict[str, float | None]:
+    """{mean, p50, p90, p99} in ms (numpy linear percentiles); every value None without samples."""
+    if not len(values_ns):
+        return {"mean": None, **{f"p{p}": None for p in PERCENTILES}}
+    ms = np.asarray(values_ns, dtype=np.float64) / 1e6
+    points = np.percentile(ms, PERCENTILES)
+    return {"mean": float(ms.mean()), **{f"p{p}": float(v) for p, v in zip(PERCENTILES, points, strict=True)}}
+
+
+def measured_requests(result: ServingResult, warmup_requests: int = 0) -> np.ndarray:
+    """Ids of the completed requests after the first `warmup_requests` completed ones by arrival (then id)."""
+    done = np.flatnonzero(result.completed)
+    order = np.lexsort((done, result.arrival_ns[done]))
+    return np.sort(done[order][max(int(warmup_requests), 0):])
+
+
+def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns: float | None = None,
+              tpot_target_ns: float | None = None) -> dict:
+    """The run's figures as a JSON-ready dict (times in ms, rates per second)."""
+    ids = measured_requests(result, warmup_requests)
+    arrival = result.arrival_ns[ids]
+    first = result.first_token_ns[ids]
+    last = result.last_token_ns[ids]
+    out = result.output_tokens[ids]
+    ttft = first - arrival
+    several = out > 1
+    tpot = (last[several] - first[several]) / (out[several] - 1)
+    e2e = last - arrival
+    window_s = (last.max() - arrival.min()) / 1e9 if len(ids) else 0.0
+
+    def per_s(count: float) -> float | None:
+        return count / window_s if window_s > 0 else None
+
+    return {
+        "requests_completed": int(result.completed.sum()),
+        "requests_measured": int(len(ids)),
+        "requests_rejected": int((result.rejected > 0).sum()),
+        "requests_streamed": int(result.streamed[result.completed | (result.rejected == 0)].sum()),
+        "preemptions": int(result.preemptions.sum()),
+        "ttft_ms": distribution_ms(ttft),
+        "tpot_ms": distribution_ms(tpot),
+        "e2e_ms": distribution_ms(e2e),
+        "breakdown_ms": _breakdown_ms(result, ids),
+        "throughput_tokens_per_s": per_s(float(out.sum())),
+        "throughput_requests_per_s": per_s(float(len(ids))),
+        "goodput_requests_per_s": _goodput(ttft, out, first, last, ttft_target_ns, tpot_target_ns, per_s),
+        "prefix_hit_rate": _hit_rate(result, ids),
+        "prefix_hit_rate_by_tier": _hit_rate_by_tier(result, ids),
+        "tier_bytes": {tier.name: {"read": float(result.tier_read_bytes[t]),
+                                   "written": float(result.tier_write_bytes[t])}
+                       for t, tier in enumerate(result.spec.tiers)},
+        "link_bytes": dict(result.link_bytes),
+        "link_utilization": _utilization(result),
+        "iterations": int(result.iterations),
+        "events": int(result.events),
+        "events_per_s": float(result.events / result.wall_s) if result.wall_s > 0 else None,
+        "mean_in_flight": float(result.mean_inflight),
+    }
+
+
+def _breakdown_ms(result: ServingResult, ids: np.ndarray) -> dict[str, float | None]:
+    if not len(ids):
+        return {"queueing": None, "kv_load": None, "prefill": None, "decode": None}
+    decode = result.last_token_ns[ids] - result.first_token_ns[ids]
+    return {"queueing": float(result.queueing_ns[ids].mean() / 1e6),
+            "kv_load": float(result.kv_load_ns[ids].mean() / 1e6),
+            "prefill": float(result.prefill_ns[ids].mean() / 1e6), "decode": float(decode.mean() / 1e6)}
+
+
+def _goodput(ttft: np.ndarray, out: np.ndarray, first: np.ndarray, last: np.ndarray, ttft_target_ns: float | None,
+             tpot_target_ns: float | None, per_s) -> float | None:
+    if ttft_target_ns is None and tpot_target_ns is None:
+        return None
+    good = np.ones(len(ttft), dtype=bool)
+    if ttft_target_ns is not None:
+        good &= ttft <= ttft_target_ns
+    if tpot_target_ns is not None:
+        tpot = np.where(out > 1, (last - first) / np.maximum(out - 1, 1), 0.0)
+        good &= tpot <= tpot_target_ns
+    return per_s(float(good.sum()))
+
+
+def _hit_rate(result: ServingResult, ids: np.ndarray) -> float | None:
+    prompt = float(result.input_tokens[ids].sum())
+    if not prompt:
+        return None
+    return float(result.hit_blocks[ids].sum() * result.spec.block_tokens / prompt)
+
+
+def _hit_rate_by_tier(result: ServingResult, ids: np.ndarray) -> dict[str, float | None]:
+    prompt = float(result.input_tokens[ids].sum())
+    hits = result.hit_blocks[ids].sum(axis=0) * result.spec.block_tokens
+    return {tier.name: (float(hits[t] / prompt) if prompt else None) for t, tier in enumerate(result.spec.tiers)}
+
+
+def _utilization(result: ServingResult) -> dict[str, float | None]:
+    span = result.span_end_ns - result.span_start_ns
+    return {name: (float(busy / span) if span > 0 else None) for name, busy in result.link_busy_ns.items()}

@@ -1,0 +1,301 @@
+"""The serving engine against closed forms: Little's law, token and byte conservation, TTFT at a low rate,
+throughput at saturation, KV room, link speed, rejection, a blocked run, preemption, streaming, routers."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from archsim.errors import ArchsimError, ConfigError
+from archsim.serving import engine
+from archsim.serving.engine import REJECT_CAPACITY, REJECT_CONTEXT, REJECT_PREVIOUS, simulate
+from archsim.serving.pslink import PSLink
+from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, sessions, spec, table
+
+pytestmark = pytest.mark.component
+
+COST = LinearCost()
+
+
+def _e2e(res):
+    return res.last_token_ns - res.arrival_ns
+
+
+def _ttft(res):
+    return res.first_token_ns - res.arrival_ns
+
+
+def test_littles_law_holds_on_the_engines_own_in_flight_counter():
+    reqs = sessions(150, 3, 2.0, 500, 100, 120, 2e9, seed=3)
+    res = simulate(reqs, spec(instances=2, router="least_loaded", lower="host_dram", hbm_tokens=30_000), COST)
+    assert res.completed.all()
+    span = res.span_end_ns - res.span_start_ns
+    in_flight = res.inflight_area_ns / span          # L
+    throughput = res.completed.sum() / span          # lambda
+    latency = _e2e(res).mean()                       # W
+    assert in_flight > 2                             # queueing really happened
+    assert in_flight == pytest.approx(throughput * latency, rel=0.02)
+
+
+def test_tokens_out_equal_the_output_lengths_and_prefill_computes_each_prompt_once():
+    reqs = poisson(300, 6.0, 700, 90, seed=5)
+    res = simulate(reqs, spec(hbm_tokens=20_000), COST)
+    assert res.completed.all()
+    assert res.tokens_emitted == int(reqs.output_tokens.sum())
+    # without preemption or prefix hits, KV computed = every prompt + every decode token but the last
+    assert res.preemptions.sum() == 0 and res.hit_blocks.sum() == 0
+    assert res.tokens_computed == int(reqs.input_tokens.sum() + (reqs.output_tokens - 1).sum())
+
+
+def test_bytes_are_conserved_per_tier_and_link():
+    reqs = sessions(80, 3, 4.0, 1500, 200, 60, 3e9, seed=7)
+    sp = spec(lower="host_dram", hbm_tokens=12_000, link_GBps=16.0)
+    res = simulate(reqs, sp, LinearCost(new_ns=200e3))
+    assert res.completed.all()
+    block = sp.block_bytes
+    loaded = res.loaded_blocks.sum(axis=0)
+    assert loaded[1] > 0                              # some history came back from host DRAM
+    # every byte read out of host DRAM is a load a request recorded; HBM receives computed + loaded KV
+    assert res.tier_read_bytes[1] == loaded[1] * block
+    assert res.tier_write_bytes[0] == res.tokens_computed * KV_BYTES_PER_TOKEN + loaded[1] * block
+    # everything into or out of host DRAM crossed its link, and nothing else did
+    assert res.link_bytes["pcie"] == pytest.approx(res.tier_read_bytes[1] + res.tier_write_bytes[1], rel=1e-12)
+
+
+def test_ttft_at_a_low_rate_is_prefill_plus_kv_load_plus_first_step():
+    # alone, a request's TTFT is its prefill iteration (which samples the first token)
+    lengths = np.array([300, 1000, 4000, 2500])
+    alone = np.array([COST.iteration_ns(np.array([0]), np.array([n])) for n in lengths])
+    arrivals = np.cumsum(np.full(len(lengths), 100 * (alone.max() + 100 * COST.a_ns)))   # 0.01x saturation
+    res = simulate(table(arrivals, lengths, [50] * len(lengths)), spec(), COST)
+    assert _ttft(res) == pytest.approx(alone, rel=1e-9)
+    assert np.all(res.queueing_ns == 0) and np.all(res.kv_load_ns == 0)
+
+
+def test_ttft_of_a_turn_whose_history_is_loaded_from_host_dram():
+    # session 0's two turns sandwich session 1, whose KV pushes session 0's history out of the small HBM;
+    # turn 2 then loads that history over PCIe (recompute costs more) and prefills the rest
+    bt, link_GBps = 16, 8.0
+    first, out, new = 2000, 40, 300
+    second = first + out + new
+    think = 5e9
+    reqs = table([0.0, 1e9, np.nan], [first, 3000, second], [out, out, out], session=[0, 1, 0],
+                 prev=[-1, -1, 0], think_ns=[0, 0, think])
+    cost = LinearCost(new_ns=100e3)
+    sp = spec(lower="host_dram", hbm_tokens=3200, link_GBps=link_GBps)
+    res = simulate(reqs, sp, cost)
+    assert res.completed.all()
+    # the head of the history is still in HBM (LRU evicts a sequence's tail first), the rest is loaded
+    loaded_blocks = int(res.loaded_blocks[2, 1])
+    assert loaded_blocks > 100 and res.hit_blocks[2, 0] + loaded_blocks == (first + out - 1) // bt
+    assert res.hit_blocks[2, 1] == loaded_blocks
+    load_ns = 2000.0 + loaded_blocks * sp.block_bytes / link_GBps
+    cached = (first + out - 1) // bt * bt
+    prefill_ns = cost.iteration_ns(np.array([cached]), np.array([second - cached]))
+    assert res.kv_load_ns[2] == pytest.approx(load_ns, rel=1e-9)
+    assert _ttft(res)[2] == pytest.approx(load_ns + prefill_ns, rel=1e-9)
+    assert res.queueing_ns[2] == pytest.approx(0.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("instances", [1, 2])
+def test_throughput_at_saturation_is_instances_times_bmax_over_the_step(instances):
+    # fixed lengths whose KV never needs a new block while decoding: B_max = capacity // blocks per request
+    bt, prompt, out = 16, 1000, 8
+    blocks = -(-(prompt + out - 1) // bt)
+    assert blocks == -(-prompt // bt)
+    b_max = 20
+    cost = LinearCost(a_ns=5e6, new_ns=10.0, cached_ns=50.0)
+    sp = spec(instances=instances, hbm_tokens=(b_max * blocks + blocks - 1) * bt)
+    n = 1000 * instances
+    reqs = table(np.zeros(n), [prompt] * n, [out] * n)
+    res = simulate(reqs, sp, cost)
+    assert res.completed.all()
+    assert res.peak_pinned_blocks[0] == b_max * blocks
+    mean_ctx = prompt + (out - 1) / 2
+    t_step = cost.iteration_ns(np.full(b_max, mean_ctx), np.ones(b_max))
+    throughput = res.tokens_emitted / (res.span_end_ns - res.span_start_ns) * 1e9
+    assert throughput == pytest.approx(instances * b_max / t_step * 1e9, rel=0.05)
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_the_running_batch_never_holds_more_kv_than_its_tier(preemption):
+    # long outputs grow past the room admission saw: sequences get preempted and still all finish
+    reqs = poisson(120, 50.0, 200, 400, seed=11)
+    sp = spec(hbm_tokens=6000, lower="host_dram", preemption=preemption)
+    res = simulate(reqs, sp, COST)
+    assert res.completed.all()
+    assert res.preemptions.sum() > 0
+    assert res.peak_pinned_blocks[0] <= res.capacity_blocks[0]
+    assert res.peak_pinned_blocks[0] >= 0.9 * res.capacity_blocks[0]
+    assert res.tokens_emitted == int(reqs.output_tokens.sum())
+    if preemption == "swap":                    # what was swapped out came back
+        assert res.swap_in_bytes == res.swap_out_bytes > 0
+    else:
+        assert res.swap_in_bytes == res.swap_out_bytes == 0
+
+
+def _groups(arrival_ns, seed=3, groups=12, prompt=2000):
+    """Requests on `groups` distinct 2000-token prompts (a request repeats its group's prompt)."""
+    group = np.random.default_rng(seed).integers(0, groups, len(arrival_ns))
+    return table(arrival_ns, [prompt] * len(arrival_ns), [30] * len(arrival_ns), session=group)
+
+
+LINKS_GBPS = (1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
+
+
+def test_a_faster_link_never_raises_any_requests_ttft():
+    # one request at a time (0.01x saturation): TTFT = load or recompute, whichever the engine found faster;
+    # across the link speeds the choice flips from recompute to load, and no request gets slower
+    cost = LinearCost(new_ns=100e3)
+    reqs = _groups(np.arange(200) * 100 * cost.iteration_ns(np.array([0]), np.array([2000])))
+    ttft, loaded = [], []
+    for gbps in LINKS_GBPS:
+        res = simulate(reqs, spec(lower="host_dram", hbm_tokens=10_000, link_GBps=gbps), cost)
+        assert res.completed.all() and np.all(res.queueing_ns == 0)
+        ttft.append(_ttft(res))
+        loaded.append(res.loaded_blocks.sum())
+    assert loaded[0] == 0 and loaded[-1] > 0.5 * res.hit_blocks.sum()
+    for slow, fast in zip(ttft, ttft[1:], strict=False):
+        assert np.all(fast <= slow * (1 + 1e-12))
+    assert ttft[-1].mean() < 0.5 * ttft[0].mean()
+
+
+def test_a_faster_link_lowers_ttft_under_load():
+    # with overlapping requests a load that lands sooner can put a prefill into the iteration another request
+    # waits on, so single requests may wait longer (continuous batching does that); the distribution improves
+    cost = LinearCost(new_ns=100e3)
+    reqs = _groups(np.cumsum(np.random.default_rng(5).exponential(0.5e9, 300)))
+    stats = []
+    for gbps in LINKS_GBPS[2:]:
+        ttft = _ttft(simulate(reqs, spec(lower="host_dram", hbm_tokens=10_000, link_GBps=gbps), cost))
+        stats.append((ttft.mean(), np.percentile(ttft, 50), np.percentile(ttft, 90)))
+    for slow, fast in zip(stats, stats[1:], strict=False):
+        assert all(f < s for f, s in zip(fast, slow, strict=True))
+
+
+def test_requests_that_can_never_fit_are_rejected_and_counted():
+    sp = spec(hbm_tokens=4000, max_context_tokens=8000)
+    reqs = table([0, 1e6, 2e6, np.nan, 3e6], [500, 7990, 5000, 600, 800], [20, 20, 20, 20, 20],
+                 session=[0, 1, 2, 2, 3], prev=[-1, -1, -1, 2, -1], think_ns=[0, 0, 0, 1e9, 0])
+    res = simulate(reqs, sp, COST)
+    assert list(res.rejected) == [0, REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS, 0]
+    assert list(res.completed) == [True, False, False, False, True]
+    # with a tier below HBM the long one streams instead
+    res = simulate(reqs, spec(hbm_tokens=4000, max_context_tokens=8000, lower="host_dram"), COST)
+    assert list(res.completed) == [True, False, True, True, True]
+    assert list(res.streamed) == [False, False, True, False, False]
+    # its KV is re-read over the link on every decode step
+    assert res.tier_read_bytes[1] >= 19 * 5000 * KV_BYTES_PER_TOKEN
+
+
+def test_a_run_that_cannot_progress_names_the_blocking_request():
+    sp = spec(chunked_prefill=False, max_batch_tokens=2048)
+    reqs = table([0, 1e6, 2e6, 3e6], [500, 600, 3000, 400], [10, 10, 10, 10])
+    with pytest.raises(ArchsimError, match=r"request 2 .*max_batch_tokens 2048"):
+        simulate(reqs, sp, COST)
+    # chunked prefill serves it
+    res = simulate(reqs, replace(sp, chunked_prefill=True), COST)
+    assert res.completed.all()
+
+
+def test_chunked_prefill_fills_a_long_prompt_in_budget_sized_chunks_beside_decoding():
+    budget, long_prompt = 2048, 20000
+    reqs = table([0.0, 1e6], [100, long_prompt], [400, 5])
+    res = simulate(reqs, spec(max_batch_tokens=budget), COST)
+    # request 1 arrives during request 0's prefill; then every iteration decodes request 0 and spends the
+    # rest of the budget on request 1's prompt
+    chunk, expected, filled, k = budget - 1, 0.0, 0, 0
+    while filled < long_prompt:
+        new = min(chunk, long_prompt - filled)
+        expected += COST.iteration_ns(np.array([100 + k, filled]), np.array([1, new]))
+        filled += new
+        k += 1
+    assert k == 10
+    assert res.prefill_ns[1] == pytest.approx(expected, rel=1e-12)
+    assert res.first_token_ns[1] == pytest.approx(COST.iteration_ns(np.array([0]), np.array([100])) + expected)
+
+
+def test_a_pnm_pool_serves_cached_prefixes_in_place():
+    reqs = sessions(40, 3, 2.0, 3000, 200, 30, 1e9, seed=17)
+    sp = spec(lower="pool", kv_home=1, hbm_tokens=1000, lower_tokens=400_000)
+    res = simulate(reqs, sp, COST)
+    assert res.completed.all()
+    assert res.loaded_blocks.sum() == 0                # attention runs in the pool: nothing loads
+    later = reqs.prev >= 0
+    assert np.all(res.hit_blocks[later, 1] > 0) and res.hit_blocks[:, 0].sum() == 0
+    # prefill and decode KV is written into the pool over its link, and that is all it carries
+    assert res.link_bytes["cxl"] == pytest.approx(res.tokens_computed * KV_BYTES_PER_TOKEN, rel=1e-12)
+
+
+def test_decode_stream_rereads_the_kv_every_step():
+    reqs = poisson(20, 0.5, 1000, 30, seed=19)
+    load = simulate(reqs, spec(lower="host_dram"), COST)
+    stream = simulate(reqs, spec(lower="host_dram", decode="stream", link_GBps=25.0), COST)
+    assert stream.streamed.all() and not load.streamed.any()
+    assert stream.tier_read_bytes[1] >= 29 * 1000 * 20 * KV_BYTES_PER_TOKEN
+    e2e_load, e2e_stream = _e2e(load), _e2e(stream)
+    assert np.all(e2e_stream > e2e_load)
+
+
+def test_prefix_router_keeps_a_session_on_the_instance_holding_its_history():
+    reqs = sessions(40, 4, 4.0, 1000, 100, 40, 1e9, seed=23)
+    by_router = {}
+    for router in ("round_robin", "least_loaded", "prefix"):
+        res = simulate(reqs, spec(instances=4, router=router, hbm_tokens=200_000), COST)
+        assert res.completed.all()
+        by_router[router] = res
+    rr = by_router["round_robin"]
+    rank = np.empty(len(reqs), dtype=np.int64)
+    rank[np.lexsort((np.arange(len(reqs)), rr.arrival_ns))] = np.arange(len(reqs))
+    assert np.array_equal(rr.instance, rank % 4)            # turns in arrival order, one instance after another
+    prefix = by_router["prefix"]
+    later = reqs.prev >= 0
+    assert np.all(prefix.instance[later] == prefix.instance[reqs.prev[later]])
+    hbm_hits = {name: r.hit_blocks[:, 0].sum() for name, r in by_router.items()}
+    assert hbm_hits["prefix"] > hbm_hits["round_robin"]
+
+
+def test_same_inputs_give_identical_runs():
+    reqs = sessions(50, 3, 5.0, 800, 100, 60, 1e9, seed=29)
+    sp = spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=10_000)
+    a, b = simulate(reqs, sp, COST), simulate(reqs, sp, COST)
+    for field in ("first_token_ns", "last_token_ns", "hit_blocks", "loaded_blocks", "instance"):
+        assert np.array_equal(getattr(a, field), getattr(b, field), equal_nan=True)
+    assert a.link_bytes == b.link_bytes and a.iterations == b.iterations
+
+
+def test_bad_specs_name_their_key():
+    with pytest.raises(ConfigError, match="system.serving.router"):
+        simulate(poisson(2, 1.0, 10, 2), spec(router="random"), COST)
+    with pytest.raises(ConfigError, match="system.serving.block_tokens"):
+        simulate(poisson(2, 1.0, 10, 2, block_tokens=32), spec(), COST)
+
+
+def test_two_transfers_started_together_each_take_twice_as_long():
+    link = PSLink("pcie", 10.0, 500.0)
+    link.start(0.0, 1e6, "a")
+    alone = link.next_finish_ns() + link.latency_ns
+    link.pop_finished(alone)
+    both = PSLink("pcie", 10.0, 500.0)
+    both.start(0.0, 1e6, "a")
+    both.start(0.0, 1e6, "b")
+    done = both.pop_finished(1e12)
+    assert [tag for tag, _ in done] == ["a", "b"]
+    assert alone == pytest.approx(500.0 + 1e5)
+    assert done[0][1] == pytest.approx(2e5) and done[1][1] == pytest.approx(2e5)
+
+
+@pytest.mark.parametrize("system", ["hbm", "pool", "swap"])
+def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
+    reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
+    sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
+          "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
+          "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap")}[system]
+    fast = simulate(reqs, sp, COST)
+    monkeypatch.setattr(engine._Engine, "fast_decode", False)
+    slow = simulate(reqs, sp, COST)
+    for field in ("first_token_ns", "last_token_ns", "queueing_ns", "kv_load_ns", "hit_blocks", "loaded_blocks",
+                  "instance", "preemptions", "tier_read_bytes", "tier_write_bytes"):
+        assert np.array_equal(getattr(fast, field), getattr(slow, field), equal_nan=True), field
+    assert (fast.iterations, fast.tokens_emitted, fast.link_bytes) == (slow.iterations, slow.tokens_emitted,
+                                                                       slow.link_bytes)
