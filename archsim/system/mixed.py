@@ -11,8 +11,9 @@ Per layer:
   The pool lays a layer's head contexts end to end and cuts them evenly over its channels, so the busiest
   channel's work depends on the total cached tokens, which the mean context keeps;
 * prefill attention: over its new tokens on the GPU (roofline, causal); over a cached prefix in a PNM pool on
-  the PNM units (roofline of their MACs and the pool's peak bandwidth, queries and outputs over the links),
-  elsewhere on the GPU from HBM (the serving engine loads remote prefixes into HBM first);
+  the PNM units (roofline of their MACs and the pool's peak bandwidth, queries and outputs over the links) or
+  on the GPUs after bringing the prefix over the links, whichever is faster; elsewhere on the GPU from HBM (the
+  serving engine loads remote prefixes into HBM first);
 * the prefill's new KV written to the KV's home over the links (G1: none), overlapped with the layer's work:
   only the part longer than the layer is exposed.
 
@@ -169,15 +170,25 @@ def prefill_layer_ns(system: SystemConfig, workload: Workload, cached: np.ndarra
     causal_pairs = float((n * (n + 1) / 2).sum())  # each new token over the new tokens before it
     prefix_pairs = float((n * c).sum())  # each new token over the cached prefix
     row = geo.kv_heads * geo.row_bytes  # one token's K and V of every cached head
-    in_pnm = system.attention == "pnm" and system.pool is not None and system.pool.pnm is not None
-    gpu_pairs = causal_pairs + (0.0 if in_pnm else prefix_pairs)
-    gpu_bytes = float((n + (0.0 if in_pnm else c)).sum()) * row
-    out["gpu"] = roofline_ns(gpu_bytes / tp, 2.0 * gpu_pairs * heads * per_token_macs / tp, gpus)
     names = system.gpu_endpoints(tp) if system.topology is not None else []
-    if in_pnm and prefix_pairs > 0:
-        with_prefix = float(n[c > 0].sum())  # only chunks over a cached prefix send queries to the pool
-        out["pnm"] = _pnm_prefix_ns(system, prefix_pairs * heads * per_token_macs, float(c.sum()) * row,
-                                    with_prefix * heads * (geo.qk_dim + geo.out_dim) * 4, names)
+    flops_per_pair = 2.0 * heads * per_token_macs / tp
+    out["gpu"] = roofline_ns(float(n.sum()) * row / tp, causal_pairs * flops_per_pair, gpus)
+    prefix_bytes = float(c.sum()) * row
+    if prefix_pairs > 0:
+        # over its cached prefix, on the GPU from HBM (where the engine loaded it, or where it stayed)
+        on_gpu = roofline_ns(prefix_bytes / tp, prefix_pairs * flops_per_pair, gpus)
+        out["gpu"] += on_gpu
+        if system.attention == "pnm" and system.pool is not None and system.pool.pnm is not None:
+            # with the KV in a PNM pool the prefix is not in HBM: attend in place in the PNM units, or bring
+            # the prefix to the GPUs over the links, whichever is faster (many queries make the PNM's MACs,
+            # not its DRAM, the bound)
+            with_prefix = float(n[c > 0].sum())  # only chunks over a cached prefix send queries to the pool
+            in_pool = _pnm_prefix_ns(system, prefix_pairs * heads * per_token_macs, prefix_bytes,
+                                     with_prefix * heads * per_token_macs * 4, names)
+            share = analytic_share_GBps(system.topology, names, system.kv_endpoint, None)
+            brought = prefix_bytes / (share * len(names))
+            out["gpu"] -= on_gpu
+            out["pnm"] = min(in_pool, brought + on_gpu)
     if system.kv_location != "gpu" and system.topology is not None and system.kv_endpoint is not None:
         share = analytic_share_GBps(system.topology, names, None, system.kv_endpoint)
         out["kv_write"] = float(n.sum()) * row / (share * len(names))
