@@ -102,6 +102,7 @@ def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> S
     tokens = home.capacity_bytes // spec.kv_bytes_per_token
     if spec.kv_home != 0:  # the pool is shared by every instance; each instance's share is what one iteration sees
         tokens //= spec.instances
+    tokens -= 2 * spec.max_batch_seqs  # the step model counts each sequence's appended token on top
     from_hbm = spec.kv_home == 0 and spec.decode == "load"
     return StepCostTable(system, workload, spec.max_batch_seqs, max(1, int(tokens)), decode_from_hbm=from_hbm)
 

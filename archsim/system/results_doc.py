@@ -15,6 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from archsim.resources import SOURCE_ROOT
+from archsim.serving.results_doc import fabric_rows, serving_reading
+from archsim.serving.results_doc import rows as serving_rows
 from archsim.system.config import SystemConfig, load_system_config
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.report import render_table, run_comparison
@@ -256,6 +258,23 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         "## How the GPU calibration moved the headline ratios",
         "",
         *_calibration_section(systems, workload, results),
+        "",
+        "## Serving: the design source's request-level results",
+        "",
+        "`archsim serve` runs of the shipped scenarios (configs/scenarios/, every parameter cited there) on "
+        "Llama-3.1-70B at tensor parallelism 8, one instance per system. Each row: the result the design source "
+        "reports, the scenario and systems that measure it here, archsim's ratio, and the run's own breakdown "
+        "(mean TTFT split into queueing, KV load and prefill; decode time per request; prompt tokens found per "
+        "tier). Requests per run are small (20-1000) to keep the document's generation short.",
+        "",
+        *serving_rows(),
+        "",
+        serving_reading(),
+        "",
+        "G1.5 against G2.5 per scenario (the fabric's share of TTFT is its KV loads, the prefill's KV write "
+        "and, with PNM, the queries and outputs of prefix attention):",
+        "",
+        *fabric_rows(),
         "",
         f"## Host traffic at the pool controllers (`g25-qos`, {contexts[0] // 1024}K)",
         "",
