@@ -58,7 +58,7 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
     weights = gpu_work(workload.shape, workload.dtype, 1, dtype_bytes(workload.dtype)).weight_bytes
     hbm = max(0, hbm_room_bytes(system.gpus, weights // tp)) * tp
     tiers = [TierSpec("hbm", "hbm", hbm, None, 0.0, 0.0, "none")]
-    for i, t in enumerate(system.kv_tiers[1:], start=1):
+    for t in system.kv_tiers[1:]:
         capacity = t.capacity_bytes
         if t.kind == "pool":
             assert system.pool is not None
@@ -66,7 +66,9 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
         assert capacity is not None and t.endpoint is not None
         rate, latency = _link(system, t.endpoint, tp)
         tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute))
-        del i
+    if serving.prefill_instances:
+        raise ConfigError("prefill/decode disaggregation is not modelled yet: leave prefill_instances at 0",
+                          file=system.file, where="system.serving.prefill_instances")
     home = next((i for i, t in enumerate(tiers) if t.compute == "pnm"), 0)
     spec = ServingSpec(
         system=system.name, tier_label=system.tier, instances=instances, tensor_parallel=tp,
