@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import ArchsimError
+from archsim.interconnect import Flow, simulate_flows
 from archsim.models.presets import load_preset
 from archsim.serving.build import cost_table, serving_spec, serving_workload
 from archsim.serving.costs import StepCostTable
@@ -18,6 +19,7 @@ from archsim.serving.metrics import summarize
 from archsim.serving.requests import RequestTable
 from archsim.serving.scenario import Scenario
 from archsim.system.config import SystemConfig
+from archsim.system.workload import Workload
 
 SCHEMA = "archsim.serving/1"
 
@@ -55,7 +57,47 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     metrics = summarize(result, warmup_requests=warmup, ttft_target_ns=slo.ttft_ns if slo else None,
                         tpot_target_ns=slo.tpot_ns if slo else None)
     metrics.update(run_energy(system, workload, result, cost))
+    metrics["tier_link_bytes"] = metrics.pop("link_bytes")
+    metrics["link_bytes"] = hop_link_bytes(system, workload, result)
     return SystemRun(system, "ok", result, cost, metrics)
+
+
+def hop_link_bytes(system: SystemConfig, workload: Workload, result: ServingResult) -> dict[str, float]:
+    """The bytes the run moved per tier, on every link direction of the topology they cross, named as in
+    `archsim.system` (`host_link0:cxl_switch->gpu0`): each tier's reads (and a PNM pool's attention outputs)
+    spread evenly over the GPUs in use on the route tier -> GPU, its writes (and the PNM's queries) on the
+    route back (the flow model's own link accounting)."""
+    if system.topology is None:
+        return {}
+    spec = result.spec
+    gpus = system.gpu_endpoints(spec.instances * spec.tensor_parallel)
+    out: dict[str, float] = {}
+    pnm_in, pnm_out = _pnm_io_bytes(system, workload, result)
+    for t, tier in enumerate(system.kv_tiers[1:], start=1):
+        flows = []
+        extra_in, extra_out = (pnm_in, pnm_out) if tier.compute == "pnm" else (0.0, 0.0)
+        for size, toward_gpu in ((result.tier_read_bytes[t] + extra_out, True),
+                                 (result.tier_write_bytes[t] + extra_in, False)):
+            if size > 0 and tier.endpoint is not None:
+                flows += [Flow(tier.endpoint, g, size / len(gpus)) if toward_gpu else
+                          Flow(g, tier.endpoint, size / len(gpus)) for g in gpus]
+        if flows:
+            for usage in simulate_flows(system.topology, flows).links:
+                out[usage.name] = out.get(usage.name, 0.0) + usage.payload_bytes
+    return dict(sorted(out.items()))
+
+
+def _pnm_io_bytes(system: SystemConfig, workload: Workload, result: ServingResult) -> tuple[float, float]:
+    """A PNM pool's decode traffic: per decode token and layer its queries in (fp32) and outputs back (the
+    new token's K and V are in the tier's written bytes)."""
+    if system.attention != "pnm":
+        return 0.0, 0.0
+    from archsim.system.kvstream import kv_geometry
+
+    geo = kv_geometry(workload.shape, workload.dtype, 1, 0)
+    done = result.completed
+    tokens = float(np.maximum(result.output_tokens[done] - 1, 0).sum())
+    return tokens * geo.query_layer_bytes * geo.layers, tokens * geo.output_layer_bytes * geo.layers
 
 
 def _r6(value: Any) -> Any:
