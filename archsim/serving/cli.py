@@ -116,7 +116,9 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
           requests_path: str | None, quiet: bool) -> None:
     """Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."""
     from archsim.outputs import OutputPlan
+    from archsim.progress import progress_bar
     from archsim.report.output import write_json
+    from archsim.resources import display_path
     from archsim.serving.run import SCHEMA, requests_lines, result_entry, run_system
     from archsim.serving.scenario import load_scenario
     from archsim.system.config import load_system_config
@@ -144,14 +146,18 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.add(requests_path, "--requests-out")
     requests_for = _requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
     runs, entries = [], []
-    for config in configs:
-        t0 = time.perf_counter()
-        run = run_system(config, scenario, requests_for, warmup=warmup_requests)
-        runs.append(run)
-        entries.append(result_entry(run, scenario))
-        events = run.result.events if run.result is not None else 0
-        click.echo(f"  {config.name}: {events:,} events in {time.perf_counter() - t0:.1f} s", err=True)
-    tree = {"schema": SCHEMA, "scenario": scenario.name, "scenario_file": scenario.file, "seed": seed,
+    with progress_bar(len(configs), "system", "serve", quiet) as bar:
+        for config in configs:
+            t0 = time.perf_counter()
+            run = run_system(config, scenario, requests_for, warmup=warmup_requests)
+            runs.append(run)
+            entries.append(result_entry(run, scenario))
+            events = run.result.events if run.result is not None else 0
+            bar.update(1)
+            if not quiet:
+                click.echo(f"  {config.name}: {events:,} events in {time.perf_counter() - t0:.1f} s", err=True)
+    tree = {"schema": SCHEMA, "scenario": scenario.name,
+            "scenario_file": display_path(scenario.file) if scenario.file else None, "seed": seed,
             "requests": n_requests, "duration_ns": duration_ns, "warmup_requests": warmup_requests,
             "fabric_ttft_ratio": fabric_ratios(entries), "results": entries}
     title = f"archsim serve: scenario {scenario.name} ({scenario.model}), seed {seed}"

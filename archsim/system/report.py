@@ -35,9 +35,18 @@ DEFINITIONS = {
 
 
 def run_comparison(systems: Sequence[SystemConfig], workload: Workload,
-                   contexts: Sequence[int] | None = None) -> list[StepResult]:
+                   contexts: Sequence[int] | None = None, quiet: bool = True) -> list[StepResult]:
+    """Every system at every context; a progress bar of points on a terminal unless `quiet`."""
+    from archsim.progress import progress_bar
+
     ctxs = tuple(contexts) if contexts else workload.contexts
-    return [simulate_step(system, workload, c) for system in systems for c in ctxs]
+    results = []
+    with progress_bar(len(systems) * len(ctxs), "point", "simulate", quiet) as bar:
+        for system in systems:
+            for c in ctxs:
+                results.append(simulate_step(system, workload, c))
+                bar.update(1)
+    return results
 
 
 def _name(path: str | None) -> str | None:
