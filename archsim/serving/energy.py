@@ -64,8 +64,10 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     flops = (work.layer_flops * layers + work.epilogue_flops) * (prefill_tokens + decode_tokens)
     flops += per_pair_flops * layers * (prefill_pairs + (0.0 if pnm_home else decode_pairs))
     hbm_bytes = float(work.weight_bytes) * result.iterations
-    if not pnm_home:
-        hbm_bytes += kv_token * (decode_pairs + prefill_pairs)  # attention reads the KV from HBM
+    if not pnm_home:  # attention reads the KV from HBM: each decode token its whole context, a prefill
+        # (flash attention, one pass over the KV per query tile) its prompt's KV about once
+        prompt_tokens = float(result.input_tokens[result.completed].sum())
+        hbm_bytes += kv_token * (decode_pairs + prompt_tokens)
     counts = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
     for tier_index, tier in enumerate(spec.tiers[1:], start=1):
         moved = float(result.tier_read_bytes[tier_index] + result.tier_write_bytes[tier_index])
