@@ -25,7 +25,8 @@ def table_rows(entries: Sequence[dict]) -> list[tuple[str, ...]]:
     for e in entries:
         ttft, tpot, e2e = e.get("ttft_ms") or {}, e.get("tpot_ms") or {}, e.get("e2e_ms") or {}
         hit = e.get("prefix_hit_rate")
-        rows.append((e["system"], e["tier"], _fmt(e["requests_completed"], ","), _fmt(e["requests_rejected"], ","),
+        tier = e["tier"] + (" (stream)" if e.get("kv_decode") == "stream" else "")  # per-step KV streaming
+        rows.append((e["system"], tier, _fmt(e["requests_completed"], ","), _fmt(e["requests_rejected"], ","),
                      _fmt(ttft.get("mean")), _fmt(ttft.get("p99")), _fmt(tpot.get("mean"), ",.2f"),
                      _fmt(tpot.get("p99"), ",.2f"), _fmt(e2e.get("mean")),
                      _fmt(e["throughput_tokens_per_s"], ",.0f"), _fmt(e["throughput_requests_per_s"], ",.2f"),
