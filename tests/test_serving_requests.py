@@ -117,3 +117,14 @@ def test_keys_from_segments_counts_blocks_per_request():
     assert keys.dtype == np.uint64 and len(keys) == 3
     with pytest.raises(ValueError, match="at least one token"):
         keys_from_segments(np.array([0, 1]), _ids(1), np.array([0]), B)
+
+
+def test_keys_do_not_depend_on_the_chunking(monkeypatch):
+    import archsim.serving.requests as requests_module
+
+    segments = [[(0, 40), (1, 10)], [(0, 40), (2, 30)], [(3, 5)], [(0, 100)], [(4, 16), (5, 64)]]
+    whole = _table(segments)
+    monkeypatch.setattr(requests_module, "KEY_CHUNK_BLOCKS", 3)  # smaller than one request's 7 blocks
+    chunked = _table(segments)
+    assert np.array_equal(whole.block_offsets, chunked.block_offsets)
+    assert np.array_equal(whole.block_keys, chunked.block_keys)
