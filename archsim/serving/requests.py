@@ -147,12 +147,13 @@ class RequestTable:
         return nxt
 
     def kv_keys_after(self, i: int, next_turn: np.ndarray | None = None) -> np.ndarray:
-        """Keys of the full blocks of request i's KV once it has finished (prompt and output), as a later
-        request can find them: the next turn of its session carries them as its first blocks; without one,
-        only the prompt's full blocks have content another request may share."""
+        """Keys of the full blocks of request i's KV once it has finished, as a later request can find them:
+        the prompt and every answer token but the last (generated, never fed, so it has no KV yet). The next
+        turn of its session carries them as its first blocks; without one, only the prompt's full blocks have
+        content another request may share."""
         nxt = (self.next_turn() if next_turn is None else next_turn)[i]
         if nxt >= 0 and self.session[nxt] == self.session[i]:
-            full = (self.input_tokens[i] + self.output_tokens[i]) // self.block_tokens
+            full = (self.input_tokens[i] + self.output_tokens[i] - 1) // self.block_tokens
             return self.keys(int(nxt))[:full]
         return self.keys(i)[: self.input_tokens[i] // self.block_tokens]
 
