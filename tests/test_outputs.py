@@ -23,7 +23,7 @@ from tests.conftest import DRAMSIM3_INI, REPO
 pytestmark = pytest.mark.system
 
 KERNELS = REPO / "isa" / "kernels"
-OUTPUT_PARAMS = {"output", "json_path", "plot_path"}  # the parameter names of file outputs
+OUTPUT_PARAMS = {"output", "json_path", "plot_path", "requests_path"}  # the parameter names of file outputs
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -58,6 +58,7 @@ def _pnm(tmp: Path, out: str) -> list[str]:
 
 GPU_SHAPE = "hidden=4096,heads=32,kv_heads=8,ffn=14336"
 SMALL_SYSTEM = ["gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K", "--quiet"]
+SMALL_SERVE = ["gpu-hbm", "--scenario", "multiturn", "--requests", "5", "--quiet"]
 COMMANDS = [
     Command("replay --json", lambda t, o: ["replay", str(t / "t.trace"), "--memory", str(t / "hbm2.yaml"),
                                            "--quiet", "--json", o], "t.trace", ".json"),
@@ -77,6 +78,9 @@ COMMANDS = [
     Command("pnm run --json", _pnm, "k.s", ".json"),
     Command("gpu predict --json", lambda t, o: ["gpu", "predict", "--shape", GPU_SHAPE, "--tokens", "1,16", "--tp",
                                                 "1,2", "--json", o], None, ".json"),
+    Command("serve --json", lambda t, o: ["serve", *SMALL_SERVE, "--json", o], None, ".json"),
+    Command("serve --plot", lambda t, o: ["serve", *SMALL_SERVE, "--plot", o], None, ".png"),
+    Command("serve --requests-out", lambda t, o: ["serve", *SMALL_SERVE, "--requests-out", o], None, ".jsonl"),
 ]
 if HAVE_TORCH:
     COMMANDS.append(Command("capture -o", lambda t, o: ["capture", "--model", "tiny-llama", "--prompt-tokens", "4",

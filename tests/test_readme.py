@@ -33,7 +33,12 @@ def test_quick_start_main_job_runs_on_shipped_defaults(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # outputs land here; the shipped configs are found by name
     result = CliRunner().invoke(main, args[1:])
     assert result.exit_code == 0, result.output
-    stats = json.loads((tmp_path / "out" / "compare.json").read_text())
-    systems = {r["system"] for r in stats["results"]}
-    assert {"g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram"} <= systems
-    assert (tmp_path / "out" / "compare.png").stat().st_size > 10_000
+    stats = json.loads((tmp_path / "out" / "serve.json").read_text())
+    assert stats["schema"] == "archsim.serving/1"
+    results = {r["system"]: r for r in stats["results"]}
+    assert {"g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme", "rdma-pool"} <= set(results)
+    for r in results.values():
+        assert r["status"] == "ok" and r["requests_completed"] == 2000
+        assert 0 < r["ttft_ms"]["mean"] <= r["ttft_ms"]["p99"]
+    assert results["g25"]["cost_model"]["max_rel_error_measured"] <= 0.03
+    assert (tmp_path / "out" / "serve.png").stat().st_size > 10_000

@@ -78,10 +78,14 @@ def test_a_later_turn_carries_the_history_keys():
     assert np.array_equal(t.keys(0)[:2], t.keys(1)[:2])  # turn 0's full prompt blocks
     assert t.keys(0)[2] not in t.keys(1)  # its partial block (8 tokens) was unique to it
     after = t.kv_keys_after(0)
-    assert len(after) == (40 + 30) // B == 4
+    assert len(after) == (40 + 30 - 1) // B == 4  # the answer's last token has no KV yet
     assert np.array_equal(after, t.keys(1)[:4])
     assert t.next_turn().tolist() == [1, -1]
     assert len(t.kv_keys_after(1)) == 90 // B  # no next turn: the prompt's full blocks
+    edge = _table(prompts[:1] + [[(10, 40), (11, 24), (12, 20)]], output=np.array([24, 5]),
+                  arrival_ns=np.array([0.0, np.nan]), prev=np.array([-1, 0]), think_ns=np.array([0.0, 1e9]),
+                  session=np.array([0, 0]), turn=np.array([0, 1]))
+    assert len(edge.kv_keys_after(0)) == 3  # 40 + 24 = 64 tokens, the last without KV: 3 full blocks, not 4
 
 
 @pytest.mark.parametrize(("column", "value", "message"), [
@@ -117,3 +121,14 @@ def test_keys_from_segments_counts_blocks_per_request():
     assert keys.dtype == np.uint64 and len(keys) == 3
     with pytest.raises(ValueError, match="at least one token"):
         keys_from_segments(np.array([0, 1]), _ids(1), np.array([0]), B)
+
+
+def test_keys_do_not_depend_on_the_chunking(monkeypatch):
+    import archsim.serving.requests as requests_module
+
+    segments = [[(0, 40), (1, 10)], [(0, 40), (2, 30)], [(3, 5)], [(0, 100)], [(4, 16), (5, 64)]]
+    whole = _table(segments)
+    monkeypatch.setattr(requests_module, "KEY_CHUNK_BLOCKS", 3)  # smaller than one request's 7 blocks
+    chunked = _table(segments)
+    assert np.array_equal(whole.block_offsets, chunked.block_offsets)
+    assert np.array_equal(whole.block_keys, chunked.block_keys)

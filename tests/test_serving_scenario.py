@@ -112,7 +112,7 @@ def test_multiturn_sessions_keep_their_history():
     for i in later:  # the history (prompt + answer) is reused block for block
         history = t.kv_keys_after(int(i) - 1)
         assert np.array_equal(history, t.keys(int(i))[:len(history)])
-        assert len(history) == (t.input_tokens[i - 1] + t.output_tokens[i - 1]) // t.block_tokens
+        assert len(history) == (t.input_tokens[i - 1] + t.output_tokens[i - 1] - 1) // t.block_tokens
     firsts = np.flatnonzero(t.turn == 0)
     assert len({int(t.keys(int(i))[0]) for i in firsts}) == len(firsts)  # sessions share nothing
 

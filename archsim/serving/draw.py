@@ -20,7 +20,6 @@ PREFIX, USER, ANSWER = 1, 2, 3
 _STREAMS = ("arrivals", "turns", "input", "new_tokens", "output", "prefix", "think", "reasoning")
 
 
-
 def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float | None = None, seed: int = 0,
              block_tokens: int = 16) -> RequestTable:
     """Draw the scenario's requests: the first `n_requests`, or every session arriving before `duration_ns`.

@@ -26,6 +26,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 # domain tags keep keys of different kinds apart (arbitrary fixed odd constants)
 CHAIN_SEED = np.uint64(0x5EED0C0FFEE1D5A1)
 PARTIAL_TAG = np.uint64(0x7A121A1B10C4E7F3)
+KEY_CHUNK_BLOCKS = 1 << 22  # blocks keyed per numpy pass (about 32 MiB per temporary array)
 
 
 def splitmix64(x: np.ndarray | np.uint64 | int) -> np.ndarray:
@@ -85,25 +86,32 @@ def keys_from_segments(seg_offsets: np.ndarray, seg_ids: np.ndarray, seg_tokens:
     seg_end = np.cumsum(lens)  # global token position after each segment (prompts laid end to end)
     seg_start = seg_end - lens
     input_tokens = seg_end[seg_offsets[1:] - 1] - seg_start[seg_offsets[:-1]]
-    # chain over complete segments: before[m] = hash of the request's segments before m (ids and lengths)
-    before = np.empty(len(ids), dtype=np.uint64)
+    # chain over complete segments: inside[m] = hash of the request's segments before m (ids and lengths)
+    # and of m's id; a block ending `into` tokens into segment m has key mix(inside[m], into)
+    inside = np.empty(len(ids), dtype=np.uint64)
     first = seg_offsets[:-1]
     for j in range(int(counts.max(initial=0))):
         rows = first[counts > j] + j
-        before[rows] = CHAIN_SEED if j == 0 else mix(mix(before[rows - 1], ids[rows - 1]), lens[rows - 1])
+        before = CHAIN_SEED if j == 0 else mix(inside[rows - 1], lens[rows - 1])
+        inside[rows] = mix(before, ids[rows])
     offsets = block_offsets_for(input_tokens, block_tokens)
-    total = int(offsets[-1])
-    req = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
-    j = np.arange(total, dtype=np.int64) - offsets[req]
-    end = (j + 1) * block_tokens  # token position (in the prompt) after the block, if full
-    full = end <= input_tokens[req]
-    keys = np.empty(total, dtype=np.uint64)
-    base = seg_start[seg_offsets[:-1]]  # global position of each prompt's first token
-    last = base[req[full]] + end[full] - 1
-    m = np.searchsorted(seg_end, last, side="right")
-    into = last + 1 - seg_start[m]
-    keys[full] = mix(mix(before[m], ids[m]), into)
-    keys[~full] = partial_keys(req[~full])
+    keys = np.empty(int(offsets[-1]), dtype=np.uint64)
+    prompt_start = seg_start[seg_offsets[:-1]]  # global position of each prompt's first token
+    r0 = 0
+    while r0 < n:  # requests in chunks of about KEY_CHUNK_BLOCKS blocks: bounded temporaries
+        r1 = max(r0 + 1, int(np.searchsorted(offsets, offsets[r0] + KEY_CHUNK_BLOCKS, side="right")) - 1)
+        r1 = min(r1, n)
+        lo, hi = int(offsets[r0]), int(offsets[r1])
+        req = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(offsets[r0:r1 + 1]))
+        end = (np.arange(lo, hi, dtype=np.int64) - offsets[req] + 1) * block_tokens  # prompt position after it
+        full = end <= input_tokens[req]
+        last = prompt_start[req[full]] + end[full] - 1
+        m = np.searchsorted(seg_end, last, side="right")
+        chunk = np.empty(hi - lo, dtype=np.uint64)
+        chunk[full] = mix(inside[m], last + 1 - seg_start[m])
+        chunk[~full] = partial_keys(req[~full])
+        keys[lo:hi] = chunk
+        r0 = r1
     return offsets, keys
 
 
@@ -139,12 +147,13 @@ class RequestTable:
         return nxt
 
     def kv_keys_after(self, i: int, next_turn: np.ndarray | None = None) -> np.ndarray:
-        """Keys of the full blocks of request i's KV once it has finished (prompt and output), as a later
-        request can find them: the next turn of its session carries them as its first blocks; without one,
-        only the prompt's full blocks have content another request may share."""
+        """Keys of the full blocks of request i's KV once it has finished, as a later request can find them:
+        the prompt and every answer token but the last (generated, never fed, so it has no KV yet). The next
+        turn of its session carries them as its first blocks; without one, only the prompt's full blocks have
+        content another request may share."""
         nxt = (self.next_turn() if next_turn is None else next_turn)[i]
         if nxt >= 0 and self.session[nxt] == self.session[i]:
-            full = (self.input_tokens[i] + self.output_tokens[i]) // self.block_tokens
+            full = (self.input_tokens[i] + self.output_tokens[i] - 1) // self.block_tokens
             return self.keys(int(nxt))[:full]
         return self.keys(i)[: self.input_tokens[i] // self.block_tokens]
 

@@ -54,7 +54,7 @@ SCENARIOS_DIR = data_path("configs", "scenarios")
 PROCESSES = ("poisson", "gamma", "closed_loop")
 DISTS = ("fixed", "uniform", "lognormal", "empirical")
 TRACE_FORMATS = ("mooncake", "logical")
-TRACE_SUFFIXES = (".jsonl", ".npz", ".json")
+TRACE_SUFFIXES = (".jsonl", ".npz")
 TRACE_FORM = "requests: {trace: PATH, format: mooncake|logical, hash_block_tokens: 512, time_scale: 1.0}"
 
 

@@ -83,7 +83,7 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
     workload = _workload(workload_path, trace_path)
     outputs = OutputPlan(inputs=_inputs([cfg], workload))
     outputs.add(json_path, "--json")
-    results = run_comparison([cfg], workload, _contexts(contexts))
+    results = run_comparison([cfg], workload, _contexts(contexts), quiet=quiet)
     tree = result_tree([cfg], workload, results)
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
     outputs.commit()
@@ -123,7 +123,7 @@ def compare(systems: Sequence[str], workload_path: str, contexts: str | None, js
     outputs = OutputPlan(inputs=_inputs(configs, workload))
     outputs.add(json_path, "--json")
     outputs.add(plot_path, "--plot", kind="plot")
-    results = run_comparison(configs, workload, _contexts(contexts))
+    results = run_comparison(configs, workload, _contexts(contexts), quiet=quiet)
     tree = result_tree(configs, workload, results)
     title = f"archsim compare: workload {workload.name} ({workload.shape.name}, batch {workload.batch})"
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))

@@ -29,7 +29,7 @@ Unknown keys, missing keys, bad units and inconsistent values are ConfigErrors n
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,21 @@ from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.energy import EnergyTable
 from archsim.errors import ConfigError
+from archsim.gpu.preset import GpuPreset, load_gpu_preset
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
 from archsim.resources import data_path
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
+from archsim.system.serving_config import (
+    DECODE_MODES,
+    KvTier,
+    ServingConfig,
+    location_of,
+    parse_serving,
+    parse_tiers,
+    shorthand_tiers,
+)
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes
 
 CONFIGS_DIR = data_path("configs")
@@ -69,6 +79,9 @@ class GpuConfig:
     memory_utilization: float  # share of HBM the serving engine may use (weights + KV + workspace)
     clock_GHz: float  # only to express latencies in GPU cycles
     endpoint: str  # the topology endpoint group holding the GPUs
+    # the calibrated kernel model (configs/gpus/NAME.yaml), its datasheet values replaced by the ones above;
+    # None: the non-attention work is an ideal roofline and tensor-parallel all-reduces are left out
+    preset: GpuPreset | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +153,9 @@ class SystemConfig:
     energy: EnergyTable
     file: str | None
     kv_device: str | None = None  # `store` locations: ddr5 or nvme (None: no device energy counted)
+    kv_tiers: tuple[KvTier, ...] = ()  # fastest first, tier 0 the GPUs' HBM (kv.tiers, or kv.location's)
+    kv_decode: str = "load"  # serving: load a remote prefix into HBM once, or stream the KV every step
+    serving: ServingConfig | None = None
 
     def gpu_endpoints(self, n: int) -> list[str]:
         """The first `n` GPU endpoints of the topology group (checked at load time)."""
@@ -170,13 +186,23 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     description = root.str("description", "")
     gpus = _parse_gpus(root.sub("gpus"))
     kv = root.sub("kv")
-    location = kv.choice("location", KV_LOCATIONS)
-    endpoint = kv.str("endpoint") if location != "gpu" else None
-    capacity = kv.parsed("capacity", parse_size_bytes) if location == "store" else None
-    device = kv.choice("device", KV_DEVICES) if location == "store" and kv.has("device") else None
-    kv.done()
     attention = root.choice("attention", ATTENTION_PLACES)
     topology = _parse_interconnect(root, file) if root.has("interconnect") else None
+    kv_decode = kv.choice("decode", DECODE_MODES, "load")
+    if kv.has("tiers"):
+        if kv.has("location"):
+            raise kv.error("location", "give either kv.tiers or its one-tier shorthand kv.location, not both")
+        tiers = parse_tiers(kv.raw("tiers"), kv.where("tiers"), file, attention)
+        location, endpoint, capacity, device = location_of(tiers)
+    else:
+        location = kv.choice("location", KV_LOCATIONS)
+        endpoint = kv.str("endpoint") if location != "gpu" else None
+        capacity = kv.parsed("capacity", parse_size_bytes) if location == "store" else None
+        device = kv.choice("device", KV_DEVICES) if location == "store" and kv.has("device") else None
+        over_ethernet = topology is not None and endpoint is not None and _over_ethernet(topology, endpoint)
+        tiers = shorthand_tiers(location, endpoint, capacity, device, attention, over_ethernet)
+    kv.done()
+    serving = parse_serving(root.sub("serving", {}))
     if topology is None and location != "gpu":
         raise root.error("interconnect", "missing: the KV lives outside the GPUs, so a link must reach it")
     pool = _parse_pool(root.sub("pool"), file) if root.has("pool") else None
@@ -209,14 +235,28 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
                          f"memory at peak rate: use 0 (whole streams) or >= {min_window_requests(pool.memory)}")
     if topology is not None:
         _check_endpoints(topology, gpus, endpoint, root)
+    for i, t in enumerate(tiers):
+        if t.endpoint is not None and topology is not None and t.endpoint not in topology.endpoints:
+            raise root.error(f"kv.tiers[{i}].endpoint", f"the interconnect has no endpoint {t.endpoint!r}")
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
-                        gpu_fetch, sampling, qos, energy, file, device)
+                        gpu_fetch, sampling, qos, energy, file, device, tiers, kv_decode, serving)
+
+
+def _over_ethernet(topology: Topology, endpoint: str) -> bool:
+    """A store reached over an Ethernet (RoCE) hop is a remote memory pool (RDMA), not host DRAM."""
+    gpu = next(iter(topology.endpoints))
+    try:
+        return any(h.link.protocol == "ethernet" for h in topology.route(endpoint, gpu).hops)
+    except ConfigError:
+        return False
 
 
 def _parse_gpus(s: Section) -> GpuConfig:
+    preset = _gpu_preset(s) if s.has("preset") else None
     count = s.int("count", minimum=1)
-    tflops = s.float("peak_TFLOPS")
-    bandwidth = s.parsed("hbm_bandwidth", parse_bandwidth_GBps)
+    tflops = s.float("peak_TFLOPS", preset.peak_TFLOPS) if preset else s.float("peak_TFLOPS")
+    bandwidth = (s.parsed("hbm_bandwidth", parse_bandwidth_GBps) if s.has("hbm_bandwidth") or preset is None
+                 else preset.hbm_bandwidth_GBps)
     capacity = s.parsed("hbm_capacity", parse_size_bytes)
     utilization = s.float("memory_utilization", 0.9)
     clock = s.parsed("clock", parse_frequency_ghz)
@@ -228,7 +268,18 @@ def _parse_gpus(s: Section) -> GpuConfig:
             raise s.error(key, f"must be positive, got {value}")
     if not 0 < utilization <= 1:
         raise s.error("memory_utilization", f"must lie in (0, 1], got {utilization}")
-    return GpuConfig(count, tflops, bandwidth, capacity, utilization, clock, endpoint)
+    if preset is not None:  # a datasheet value given here (a what-if GPU) scales the calibrated model
+        preset = replace(preset, peak_TFLOPS=tflops, hbm_bandwidth_GBps=bandwidth)
+    return GpuConfig(count, tflops, bandwidth, capacity, utilization, clock, endpoint, preset)
+
+
+def _gpu_preset(s: Section) -> GpuPreset:
+    try:
+        return load_gpu_preset(s.str("preset"))
+    except ConfigError as err:
+        if err.file:  # the preset file itself is malformed: its own file and key
+            raise
+        raise s.error("preset", err.detail) from None
 
 
 def _parse_interconnect(root: Section, file: str | None) -> Topology:

@@ -21,9 +21,18 @@ from typing import Any
 from archsim.system.attention import PoolAttentionTime, pool_attention_time
 from archsim.system.config import SystemConfig
 from archsim.system.energy_model import step_energy
-from archsim.system.gpu import GpuWork, gpu_work, hbm_room_bytes, roofline_ns
+from archsim.system.gpu import GpuWork, gpu_layer_time, gpu_work, hbm_room_bytes, roofline_ns
 from archsim.system.kvstream import KvGeometry, channel_footprint_bytes, channel_share, channel_stream, kv_geometry
-from archsim.system.links import LayerTraffic, analytic_share_GBps, fetch_traffic, pnm_traffic
+from archsim.system.links import (
+    LayerTraffic,
+    allreduce_stretch,
+    analytic_share_GBps,
+    collectives_on_fabric,
+    fetch_flows,
+    fetch_traffic,
+    pnm_flows,
+    pnm_traffic,
+)
 from archsim.system.pooldram import PoolDram, full_layer, sampled_layer
 from archsim.system.qos import QosResult, qos_memory, run_study
 from archsim.system.workload import Workload
@@ -59,6 +68,7 @@ class StepResult:
     sampling: dict[str, Any] = field(default_factory=dict)
     tokens: int = 0  # tokens one step produces (sequences over all instances)
     gpu_clock_GHz: float = 1.0
+    allreduce_stretch: float = 1.0  # the all-reduces' bandwidth slowdown on a fabric shared with pool traffic
 
     @property
     def ok(self) -> bool:
@@ -169,10 +179,14 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     if reason:
         result.status = f"infeasible: {reason}"
         return result
-    per_gpu = work.per_gpu(tp)
     L = geo.layers
-    t_weights = roofline_ns(per_gpu.layer_weight_bytes, per_gpu.layer_flops, gpus)
-    t_epilogue = roofline_ns(per_gpu.epilogue_weight_bytes, per_gpu.epilogue_flops, gpus)
+    stretch = _allreduce_stretch(system, geo, gpus_used, tp, workload)
+    gpu_time = gpu_layer_time(workload.shape, workload.dtype, workload.batch, workload.batch, tp, gpus, work,
+                              allreduce_stretch=stretch)
+    t_kernels, t_allreduce = gpu_time.kernels_ns, gpu_time.allreduce_ns
+    result.allreduce_stretch = stretch
+    t_weights = t_kernels + t_allreduce  # the GPU's non-attention work of a layer
+    t_epilogue = gpu_time.epilogue_ns
     attn_flops_gpu = 2 * geo.layer_macs / gpus_used
     kv_gpu_bytes = (geo.layer_bytes + geo.append_layer_bytes) / gpus_used
     traffic: LayerTraffic | None = None
@@ -215,9 +229,8 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
             # fetched KV is staged in HBM: the copy engine writes it, the attention kernel reads it
             t_read = roofline_ns(kv_gpu_bytes, attn_flops_gpu, gpus)
             t_attn = t_fetch + t_read
-            if system.gpu_fetch == "prefetch":
-                t_hbm = roofline_ns(per_gpu.layer_weight_bytes + 2 * kv_gpu_bytes,
-                                    per_gpu.layer_flops + attn_flops_gpu, gpus)
+            if system.gpu_fetch == "prefetch":  # the staged KV's write and read join the layer's HBM work
+                t_hbm = t_weights + roofline_ns(2 * kv_gpu_bytes, attn_flops_gpu, gpus)
                 t_layer = max(t_hbm, t_fetch - traffic.route_latency_ns)
                 exposed = traffic.route_latency_ns
             else:
@@ -228,7 +241,9 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     step = L * t_layer + t_epilogue + exposed
     result.decode_step_ns = step
     result.attention_ns = L * t_attn
-    critical: dict[str, float] = {"gpu_weights": L * t_weights}
+    # gpu_weights: the non-attention kernels (weights streamed from HBM); allreduce: the layer's two collectives
+    gpu_terms = {"gpu_weights": L * t_kernels, "allreduce": L * t_allreduce}
+    critical: dict[str, float] = dict(gpu_terms)
     overlapped: dict[str, float] = {}
     if pnm is not None and traffic is not None:
         critical.update({"link_queries": L * traffic.time_ns[0], "pnm": L * (t_attn - sum(traffic.time_ns)),
@@ -248,8 +263,9 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
             critical["gpu_attention"] = L * (t_hbm - t_weights)
             overlapped["kv_fetch"] = L * t_fetch
         else:  # the fetch stream decides; the GPUs' weights and attention run under it
-            del critical["gpu_weights"]
-            overlapped.update({"gpu_weights": L * t_weights, "gpu_attention": L * (t_hbm - t_weights)})
+            for name in gpu_terms:
+                del critical[name]
+            overlapped.update({**gpu_terms, "gpu_attention": L * (t_hbm - t_weights)})
             critical["kv_fetch"] = L * (t_fetch - exposed)
         critical["exposed_latency"] = exposed
     else:
@@ -277,6 +293,24 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     result.energy_breakdown_pJ_per_token = {k: v / result.tokens for k, v in energy.items()}
     result.energy_pJ_per_token = sum(energy.values()) / result.tokens
     return result
+
+
+def _allreduce_stretch(system: SystemConfig, geo: KvGeometry, gpus_used: int, tp: int, workload: Workload) -> float:
+    """The slowdown of the all-reduces' transfers when they share the scale-up fabric with the pool traffic."""
+    if tp < 2 or system.gpus.preset is None or system.topology is None or system.kv_endpoint is None:
+        return 1.0
+    names = system.gpu_endpoints(gpus_used)
+    if not collectives_on_fabric(system.topology, names):
+        return 1.0
+    if system.attention == "pnm":
+        inbound, outbound = pnm_flows(names, system.kv_endpoint, geo)
+        background = inbound + outbound
+    else:
+        background = fetch_flows(names, system.kv_endpoint, geo)
+    rings = [names[i:i + tp] for i in range(0, len(names), tp)]
+    element_bytes = workload.element_bytes
+    ring_bytes = 2 * (tp - 1) / tp * workload.batch * workload.shape.hidden_size * element_bytes
+    return allreduce_stretch(system.topology, rings, ring_bytes, background)
 
 
 def _sampling(system: SystemConfig, dram: PoolDram) -> dict[str, Any]:

@@ -1,17 +1,27 @@
-"""The GPUs' own work as a roofline: weights from local HBM, matrix FLOPs, and attention when it stays there.
+"""The GPUs' own work: the non-attention kernels of a decoder layer, its all-reduces, and attention in HBM.
 
-Per GPU of a model instance (tensor parallelism splits weights, FLOPs and KV heads evenly): an operator takes
-max(bytes / HBM bandwidth, FLOPs / peak). Tensor-parallel all-reduces are not modelled: they are the same in
-every system compared (docs/systems.md, Limits).
+With a GPU preset (`gpus: {preset: h100}`, the default of every shipped system) the non-attention kernels
+and the two tensor-parallel all-reduces per layer come from the calibrated kernel model (archsim.gpu,
+docs/gpu.md): dense GQA layers through the calibrated layer, MoE and MLA layers through the same GEMM and
+element-wise models applied to their expert and latent projections. Without a preset, the kernels are an
+ideal roofline, max(bytes / HBM bandwidth, FLOPs / peak), and all-reduces are left out. GPU attention is a
+roofline in both cases (the calibration files hold no attention kernels; docs/gpu.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from archsim.models import ModelShape
+import numpy as np
+
+from archsim.gpu.model import allreduce_ns, elementwise_ns, gemm_ns, layer_time_ns
+from archsim.gpu.preset import GpuPreset
+from archsim.gpu.shape import DTYPES, LayerShape
+from archsim.models import ModelShape, dtype_bytes
 from archsim.system.config import GpuConfig
 from archsim.workloads import decode_step_bytes
+from archsim.workloads.generators import expected_distinct_experts
+from archsim.workloads.ops import layer_ops
 
 
 @dataclass(frozen=True)
@@ -44,3 +54,85 @@ def roofline_ns(bytes_: float, flops: float, gpu: GpuConfig) -> float:
 def hbm_room_bytes(gpu: GpuConfig, weights_per_gpu: int) -> int:
     """HBM a GPU has left for KV after its weights, within the serving engine's memory budget."""
     return int(gpu.hbm_capacity_bytes * gpu.memory_utilization) - weights_per_gpu
+
+
+@dataclass(frozen=True)
+class GpuLayerTime:
+    """One GPU's non-attention time per decoder layer (mean over the layers) and per step's epilogue."""
+
+    kernels_ns: float  # norms, projections, RoPE, MLP/experts, residual add
+    allreduce_ns: float  # the layer's two tensor-parallel all-reduces, alone on their fabric (0 at tp 1)
+    epilogue_ns: float  # embedding rows, final norm, lm_head
+    calibrated: bool
+
+
+def gpu_layer_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int, gpu: GpuConfig,
+                   work: GpuWork | None, allreduce_stretch: float = 1.0) -> GpuLayerTime:
+    """`tokens` new tokens of `sequences` sequences on one model instance of `tp` GPUs (work: roofline inputs).
+    `work` (the roofline's inputs) is only read without a preset (None: built here).
+    `allreduce_stretch` > 1 divides the all-reduces' bus bandwidth (other traffic on their fabric); their
+    latency and floor stay."""
+    if gpu.preset is None:
+        per_gpu = (work or gpu_work(shape, dtype, tokens, dtype_bytes(dtype))).per_gpu(tp)
+        return GpuLayerTime(roofline_ns(per_gpu.layer_weight_bytes, per_gpu.layer_flops, gpu), 0.0,
+                            roofline_ns(per_gpu.epilogue_weight_bytes, per_gpu.epilogue_flops, gpu), False)
+    preset = gpu.preset
+    kernels = _layer_kernels_ns(shape, dtype, tokens, tp, preset)
+    e = dtype_bytes(dtype)
+    if allreduce_stretch != 1.0:
+        shared = replace(preset.allreduce, bus_bandwidth_GBps=preset.allreduce.bus_bandwidth_GBps / allreduce_stretch)
+        preset = replace(preset, allreduce=shared)
+    allreduce = 2.0 * float(allreduce_ns(tokens * shape.hidden_size, tp, preset, e))  # tokens x hidden each
+    h = shape.hidden_size
+    epilogue = (float(elementwise_ns(2 * sequences * h * e, h, preset.elementwise.norm_efficiency, preset))
+                + float(gemm_ns(sequences, -(-shape.vocab_size // tp), h, preset, e)))
+    return GpuLayerTime(kernels, allreduce, epilogue, True)
+
+
+def _layer_kernels_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, preset: GpuPreset) -> float:
+    if shape.attention == "gqa" and not shape.n_routed_experts and dtype in DTYPES:
+        layer = LayerShape.from_model(shape, dtype)
+        return float(layer_time_ns(layer, tokens, tp, preset).layer_ns)
+    # MoE / MLA: the same kernel models over the layer's own projections, mean over its layer kinds
+    times = [_ops_layer_ns(shape, layer, dtype, tokens, tp, preset) for layer in range(shape.num_layers)]
+    return float(np.mean(times))
+
+
+# row-parallel projections split their input over the tensor-parallel GPUs; the small MLA down-projections
+# and the MoE router are replicated; every other projection splits its output
+_ROW_PARALLEL = ("o_proj", "down_proj")
+_REPLICATED = ("q_a_proj", "kv_a_proj_with_mqa", "mlp.gate")
+
+
+def _ops_layer_ns(shape: ModelShape, layer: int, dtype: str, tokens: int, tp: int, preset: GpuPreset) -> float:
+    e, ew = dtype_bytes(dtype), preset.elementwise
+    total = float(elementwise_ns(3 * tokens * shape.hidden_size * e, 0, ew.add_efficiency, preset))  # residual
+    for op in layer_ops(shape, layer):
+        if op.special:
+            continue
+        n_in, n_out = op.reads[0].width, op.writes[0].width
+        if op.routed_experts:
+            total += _experts_ns(shape, dtype, tokens, tp, preset)
+        elif op.weight_elements < n_in * n_out:  # a norm: one weight per element of the row
+            total += float(elementwise_ns(2 * tokens * n_in * e, n_in, ew.norm_efficiency, preset))
+        elif op.name.endswith(_ROW_PARALLEL):
+            total += float(gemm_ns(tokens, n_out, -(-n_in // tp), preset, e))
+        elif op.name.endswith(_REPLICATED):
+            total += float(gemm_ns(tokens, n_out, n_in, preset, e))
+        else:
+            total += float(gemm_ns(tokens, -(-n_out // tp), n_in, preset, e))
+        if op.name.endswith("up_proj"):  # SiLU(gate) * up of this MLP
+            width = -(-n_out // tp)
+            total += float(elementwise_ns(3 * tokens * width * e, width, ew.act_efficiency, preset))
+    return total
+
+
+def _experts_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, preset: GpuPreset) -> float:
+    """Routed experts: the distinct experts the tokens pick, each a gated MLP over its share of the tokens."""
+    e = dtype_bytes(dtype)
+    picked = expected_distinct_experts(shape.n_routed_experts, shape.num_experts_per_tok, tokens)
+    per_expert = max(1, -(-tokens * shape.num_experts_per_tok // picked))
+    h, inter = shape.hidden_size, -(-shape.moe_intermediate_size // tp)
+    one = (float(gemm_ns(per_expert, 2 * inter, h, preset, e)) + float(gemm_ns(per_expert, h, inter, preset, e))
+           + float(elementwise_ns(3 * per_expert * inter * e, inter, preset.elementwise.act_efficiency, preset)))
+    return picked * one

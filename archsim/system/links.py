@@ -62,12 +62,23 @@ def _route_latency(topology: Topology, a: str, b: str) -> float:
     return topology.route(a, b).latency_ns + topology.endpoints[a].access_latency_ns
 
 
-def fetch_traffic(topology: Topology, gpus: list[str], home: str, geo: KvGeometry) -> LayerTraffic:
+def fetch_flows(gpus: list[str], home: str, geo: KvGeometry) -> list[Flow]:
     """The layer's KV from `home` to the GPUs (each its share), and the appends back, concurrently."""
     n = len(gpus)
     flows = [Flow(home, g, geo.layer_bytes / n, name=f"kv->{g}") for g in gpus]
-    flows += [Flow(g, home, geo.append_layer_bytes / n, name=f"append<-{g}") for g in gpus]
-    sched = simulate_flows(topology, flows)
+    return flows + [Flow(g, home, geo.append_layer_bytes / n, name=f"append<-{g}") for g in gpus]
+
+
+def pnm_flows(gpus: list[str], pool: str, geo: KvGeometry) -> tuple[list[Flow], list[Flow]]:
+    """Queries with the new token's K and V to the pool; attention outputs back."""
+    n = len(gpus)
+    inbound = [Flow(g, pool, (geo.query_layer_bytes + geo.append_layer_bytes) / n, name=f"q<-{g}") for g in gpus]
+    return inbound, [Flow(pool, g, geo.output_layer_bytes / n, name=f"o->{g}") for g in gpus]
+
+
+def fetch_traffic(topology: Topology, gpus: list[str], home: str, geo: KvGeometry) -> LayerTraffic:
+    """The layer's KV from `home` to the GPUs (each its share), and the appends back, concurrently."""
+    sched = simulate_flows(topology, fetch_flows(gpus, home, geo))
     kv = [r for r in sched.flows if r.flow.name.startswith("kv->")]
     first = min(r.first_byte_ns for r in kv)
     last = max(r.last_byte_sent_ns for r in kv)
@@ -78,9 +89,37 @@ def fetch_traffic(topology: Topology, gpus: list[str], home: str, geo: KvGeometr
 
 def pnm_traffic(topology: Topology, gpus: list[str], pool: str, geo: KvGeometry) -> LayerTraffic:
     """Queries (with the new token's K and V) to the pool, outputs back: two phases around the PNM's work."""
-    n = len(gpus)
-    inbound = simulate_flows(topology, [Flow(g, pool, (geo.query_layer_bytes + geo.append_layer_bytes) / n,
-                                             name=f"q<-{g}") for g in gpus])
-    outbound = simulate_flows(topology, [Flow(pool, g, geo.output_layer_bytes / n, name=f"o->{g}") for g in gpus])
+    flows_in, flows_out = pnm_flows(gpus, pool, geo)
+    inbound, outbound = simulate_flows(topology, flows_in), simulate_flows(topology, flows_out)
     return LayerTraffic((inbound, outbound), (inbound.makespan_ns, outbound.makespan_ns), None,
                         _route_latency(topology, gpus[0], pool))
+
+
+def collectives_on_fabric(topology: Topology, gpus: list[str]) -> bool:
+    """Whether the GPUs' all-reduces cross the modelled topology: its GPU-to-GPU route is a scale-up
+    (NVLink/UALink-class) route. Otherwise (a CXL or PCIe host network) the GPUs' own NVLink domain, outside
+    the topology, carries them, and the pool's traffic does not meet them."""
+    if len(gpus) < 2:
+        return False
+    return all(h.link.protocol == "nvlink" for h in topology.route(gpus[0], gpus[1]).hops)
+
+
+def allreduce_stretch(topology: Topology, rings: list[list[str]], bytes_per_gpu: float,
+                      background: list[Flow]) -> float:
+    """How much concurrent pool traffic slows the all-reduces' transfers: the ring's per-GPU bytes sent to each
+    GPU's neighbour, alone and together with `background`, through the flow model (1.0: no slowdown).
+
+    The layer's pool traffic is taken as concurrent with its all-reduces: instances and micro-batches
+    interleave their phases, so one's all-reduce meets another's queries, outputs and KV (for a single
+    instance this is an upper bound on the interference)."""
+    ring_flows = [Flow(g, ring[(i + 1) % len(ring)], bytes_per_gpu, name=f"allreduce:{g}")
+                  for ring in rings if len(ring) > 1 for i, g in enumerate(ring)]
+    if not ring_flows or bytes_per_gpu <= 0:
+        return 1.0
+
+    def transfer_ns(flows: list[Flow]) -> float:
+        sched = simulate_flows(topology, flows)
+        return max(r.last_byte_sent_ns - r.first_byte_ns for r in sched.flows
+                   if r.flow.name.startswith("allreduce:"))
+
+    return max(1.0, transfer_ns(ring_flows + background) / transfer_ns(ring_flows))

@@ -35,9 +35,18 @@ DEFINITIONS = {
 
 
 def run_comparison(systems: Sequence[SystemConfig], workload: Workload,
-                   contexts: Sequence[int] | None = None) -> list[StepResult]:
+                   contexts: Sequence[int] | None = None, quiet: bool = True) -> list[StepResult]:
+    """Every system at every context; a progress bar of points on a terminal unless `quiet`."""
+    from archsim.progress import progress_bar
+
     ctxs = tuple(contexts) if contexts else workload.contexts
-    return [simulate_step(system, workload, c) for system in systems for c in ctxs]
+    results = []
+    with progress_bar(len(systems) * len(ctxs), "point", "simulate", quiet) as bar:
+        for system in systems:
+            for c in ctxs:
+                results.append(simulate_step(system, workload, c))
+                bar.update(1)
+    return results
 
 
 def _name(path: str | None) -> str | None:
@@ -87,16 +96,18 @@ def _tokens(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
+GPU_TERMS = ("gpu_weights", "allreduce", "epilogue")  # the GPUs' own non-attention work in `breakdown_ns`
 HEADER = ("system", "ctx", "step ms", "Mcycles", "attn ms", "(hidden)", "tok/s", "GPU-link MB", "mJ/token",
           "bank confl", "row hit", "L2 hit", "SRAM hit", "QoS slowdn", "status")
 
 
 def attention_split_ns(r: StepResult) -> tuple[float | None, float | None]:
-    """Attention on the step's critical path (the critical terms other than the GPUs' weights and the epilogue)
+    """Attention on the step's critical path (the critical terms other than the GPUs' non-attention kernels,
+    their all-reduces and the epilogue)
     and the attention work hidden under other work (attention_ns minus that); None for an infeasible point."""
     if not r.ok or r.attention_ns is None:
         return None, None
-    crit = sum(v for k, v in r.breakdown_ns["critical"].items() if k not in ("gpu_weights", "epilogue"))
+    crit = sum(v for k, v in r.breakdown_ns["critical"].items() if k not in GPU_TERMS)
     hidden = r.attention_ns - crit
     return crit, hidden if hidden >= 1.0 else 0.0  # below 1 ns: rounding, not overlap
 

@@ -1,0 +1,115 @@
+"""From a system file and a model to what the serving engine reads: ServingSpec (tiers with their capacity and
+link, batching limits) and the iteration cost table.
+
+* HBM's capacity per instance: each GPU's HBM x memory_utilization minus its share of the weights, over the
+  instance's tensor-parallel GPUs (vLLM's KV budget);
+* the pool's: the modelled pool's size; a store's: its `capacity`;
+* a tier's link for loads into HBM: the route from its endpoint to one instance's GPUs through the topology,
+  at the rate all of the instance's GPUs reach together (the flow model's max-min share, so a shared pool
+  port or NIC caps it), never above what every GPU of the system gets when all load at once times the
+  instance's GPUs; its latency the route's one way plus the endpoint's access latency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from archsim.errors import ConfigError
+from archsim.models import ModelShape, dtype_bytes
+from archsim.serving.costs import StepCostTable, instance_workload
+from archsim.serving.spec import ServingSpec, TierSpec, validate
+from archsim.system.config import SystemConfig
+from archsim.system.gpu import gpu_work, hbm_room_bytes
+from archsim.system.kvstream import kv_geometry
+from archsim.system.links import analytic_share_GBps
+from archsim.system.workload import Workload
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
+    """One token's K and V over every layer and cached head of one model instance."""
+    geo = kv_geometry(shape, dtype, 1, 0)
+    return geo.layers * geo.kv_heads * geo.row_bytes
+
+
+def serving_workload(system: SystemConfig, shape: ModelShape, dtype: str, max_context: int | None,
+                     scenario: str) -> Workload:
+    """The model as the decode-step model takes it, at the system's serving tensor parallelism."""
+    serving = system.serving
+    assert serving is not None
+    tp = serving.tensor_parallel
+    if tp > system.gpus.count:
+        raise ConfigError(f"tensor_parallel {tp} needs more GPUs than the system's {system.gpus.count}",
+                          file=system.file, where="system.serving.tensor_parallel")
+    if shape.attention != "mla" and shape.kv_cache_heads % tp and tp % shape.kv_cache_heads:
+        raise ConfigError(f"{shape.kv_cache_heads} KV heads do not split over tensor_parallel {tp}",
+                          file=system.file, where="system.serving.tensor_parallel")
+    instances = serving.instances if serving.instances is not None else system.gpus.count // tp
+    if instances * tp > system.gpus.count:
+        raise ConfigError(f"{instances} instances x tensor_parallel {tp} need more than the system's "
+                          f"{system.gpus.count} GPUs", file=system.file, where="system.serving.instances")
+    base = Workload(scenario, "", shape, dtype, 1, tp, instances, (0,), 1, system.file or "<system>", max_context)
+    return instance_workload(base, instances)
+
+
+def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> ServingSpec:
+    serving = system.serving
+    assert serving is not None and workload.instances is not None
+    tp, instances = workload.tensor_parallel, workload.instances
+    weights = gpu_work(workload.shape, workload.dtype, 1, dtype_bytes(workload.dtype)).weight_bytes
+    hbm = max(0, hbm_room_bytes(system.gpus, weights // tp)) * tp
+    tiers = [TierSpec("hbm", "hbm", hbm, None, 0.0, 0.0, "none")]
+    for t in system.kv_tiers[1:]:
+        capacity = t.capacity_bytes
+        if t.kind == "pool":
+            assert system.pool is not None
+            capacity = system.pool.capacity_bytes
+        assert capacity is not None and t.endpoint is not None
+        rate, latency = _link(system, t.endpoint, tp)
+        tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute))
+    if serving.prefill_instances:
+        raise ConfigError("prefill/decode disaggregation is not modelled yet: leave prefill_instances at 0",
+                          file=system.file, where="system.serving.prefill_instances")
+    home = next((i for i, t in enumerate(tiers) if t.compute == "pnm"), 0)
+    spec = ServingSpec(
+        system=system.name, tier_label=system.tier, instances=instances, tensor_parallel=tp,
+        router=serving.router, max_batch_tokens=serving.max_batch_tokens, max_batch_seqs=serving.max_batch_seqs,
+        chunked_prefill=serving.chunked_prefill, block_tokens=serving.block_tokens, preemption=serving.preemption,
+        kv_bytes_per_token=kv_bytes_per_token(workload.shape, workload.dtype), tiers=tuple(tiers), kv_home=home,
+        max_context_tokens=max_context, decode=system.kv_decode, disaggregated=serving.prefill_instances > 0,
+        prefill_instances=serving.prefill_instances)
+    try:
+        validate(spec)
+    except ConfigError as exc:
+        raise exc.located(system.file) from None
+    return spec
+
+
+def _link(system: SystemConfig, endpoint: str, tp: int) -> tuple[float, float]:
+    """GB/s one instance's GPUs reach together from `endpoint`, and the one-way latency."""
+    topology = system.topology
+    assert topology is not None
+    every = system.gpu_endpoints(system.gpus.count)
+    mine = every[:tp]
+    alone = analytic_share_GBps(topology, mine, endpoint, None) * len(mine)
+    together = analytic_share_GBps(topology, every, endpoint, None) * len(mine)
+    route = topology.route(endpoint, mine[0])
+    return min(alone, max(together, alone / max(1, len(every) // tp))), \
+        route.latency_ns + topology.endpoints[endpoint].access_latency_ns
+
+
+def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> StepCostTable:
+    """The iteration cost of one instance, its decode part tabulated up to the KV home's capacity."""
+    home = spec.tiers[spec.kv_home]
+    # decode sequences never hold more KV than their home (HBM for load systems, the pool for PNM)
+    tokens = home.capacity_bytes // spec.kv_bytes_per_token
+    if spec.kv_home != 0:  # the pool is shared by every instance; each instance's share is what one iteration sees
+        tokens //= spec.instances
+    tokens -= 2 * spec.max_batch_seqs  # the step model counts each sequence's appended token on top
+    from_hbm = spec.kv_home == 0 and spec.decode == "load"
+    return StepCostTable(system, workload, spec.max_batch_seqs, max(1, int(tokens)), decode_from_hbm=from_hbm)
+
+
+def with_overrides(system: SystemConfig, **changes: object) -> SystemConfig:
+    """A copy of the system with serving keys replaced (tests and sweeps)."""
+    assert system.serving is not None
+    return replace(system, serving=replace(system.serving, **changes))

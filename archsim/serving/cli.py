@@ -1,0 +1,182 @@
+"""`archsim serve`: several systems on the same requests of a scenario, side by side (docs/serving.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from archsim.errors import ConfigError
+
+HEADER = ("system", "tier", "done", "rej", "TTFT ms", "p99", "TPOT ms", "p99", "E2E ms", "tok/s", "req/s",
+          "goodput/s", "hit %", "status")
+
+
+def _fmt(value: Any, spec: str = ",.1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def table_rows(entries: Sequence[dict]) -> list[tuple[str, ...]]:
+    rows = []
+    for e in entries:
+        ttft, tpot, e2e = e.get("ttft_ms") or {}, e.get("tpot_ms") or {}, e.get("e2e_ms") or {}
+        hit = e.get("prefix_hit_rate")
+        tier = e["tier"] + (" (stream)" if e.get("kv_decode") == "stream" else "")  # per-step KV streaming
+        rows.append((e["system"], tier, _fmt(e["requests_completed"], ","), _fmt(e["requests_rejected"], ","),
+                     _fmt(ttft.get("mean")), _fmt(ttft.get("p99")), _fmt(tpot.get("mean"), ",.2f"),
+                     _fmt(tpot.get("p99"), ",.2f"), _fmt(e2e.get("mean")),
+                     _fmt(e["throughput_tokens_per_s"], ",.0f"), _fmt(e["throughput_requests_per_s"], ",.2f"),
+                     _fmt(e["goodput_requests_per_s"], ",.2f"), _fmt(None if hit is None else 100 * hit),
+                     e["status"]))
+    return rows
+
+
+def render_table(entries: Sequence[dict], title: str) -> str:
+    rows = [HEADER, *table_rows(entries)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    lines = [title]
+    for r in rows:
+        cells = [r[0].ljust(widths[0]), r[1].ljust(widths[1])]
+        cells += [c.rjust(w) for c, w in zip(r[2:-1], widths[2:-1], strict=True)]
+        lines.append("  ".join([*cells, r[-1]]))
+    return "\n".join(lines)
+
+
+def fabric_ratios(entries: Sequence[dict]) -> dict[str, float | None]:
+    """G1.5 over G2.5 mean TTFT, with and without PNM, where both ran (the fabric's effect on TTFT)."""
+    out: dict[str, float | None] = {}
+    by_name = {e["system"]: e for e in entries}
+    for g15, g25 in (("g15", "g25"), ("g15-nopnm", "g25-nopnm")):
+        a, b = by_name.get(g15), by_name.get(g25)
+        if a and b:
+            ta, tb = (a.get("ttft_ms") or {}).get("mean"), (b.get("ttft_ms") or {}).get("mean")
+            out[f"{g15}/{g25}"] = round(ta / tb, 6) if ta and tb else None
+    return out
+
+
+def _requests_source(scenario: Any, n_requests: int | None, duration_ns: float | None, seed: int) -> Any:
+    cache: dict[int, Any] = {}
+
+    def requests_for(block_tokens: int) -> Any:
+        if block_tokens not in cache:
+            cache[block_tokens] = scenario.requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
+                                                    block_tokens=block_tokens)
+        return cache[block_tokens]
+
+    return requests_for
+
+
+def plot(entries: Sequence[dict], path: Path, title: str) -> None:
+    """Mean and p99 TTFT and TPOT per system (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [e for e in entries if e["status"] == "ok"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, key, label in ((axes[0], "ttft_ms", "TTFT (ms)"), (axes[1], "tpot_ms", "TPOT (ms)")):
+        names = [e["system"] for e in ok]
+        for offset, stat in ((-0.2, "mean"), (0.2, "p99")):
+            values = [(e[key] or {}).get(stat) or 0.0 for e in ok]
+            ax.bar([i + offset for i in range(len(ok))], values, width=0.4, label=stat)
+        ax.set_xticks(range(len(ok)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+@click.command("serve")
+@click.argument("systems", nargs=-1, required=True)
+@click.option("--scenario", "scenario_path", required=True,
+              help="Scenario YAML or shipped name (configs/scenarios/); a trace is named inside a scenario.")
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), help="Requests to serve (default 1000).")
+@click.option("--duration", help="Instead of --requests: sessions starting within this time (e.g. 600s).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
+@click.option("--warmup-requests", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Completed requests (by arrival) left out of every metric.")
+@click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
+              help="Override a scenario (scenario.arrivals.rate_per_s=2) or system (system.serving.router=prefix) "
+                   "key; repeatable.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.serving/1 tree here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a TTFT/TPOT plot (PNG).")
+@click.option("--requests-out", "requests_path", type=click.Path(dir_okay=False),
+              help="Write one JSON line per request and system (arrival, TTFT, TPOT, E2E, hits).")
+@click.option("--quiet", is_flag=True, help="No table.")
+def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, duration: str | None, seed: int,
+          warmup_requests: int, overrides: Sequence[str], json_path: str | None, plot_path: str | None,
+          requests_path: str | None, quiet: bool) -> None:
+    """Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."""
+    from archsim.outputs import OutputPlan
+    from archsim.progress import progress_bar
+    from archsim.report.output import write_json
+    from archsim.resources import display_path
+    from archsim.serving.run import SCHEMA, requests_lines, result_entry, run_system
+    from archsim.serving.scenario import load_scenario
+    from archsim.system.config import load_system_config
+    from archsim.units import parse_time_ns
+
+    start = time.perf_counter()
+    if n_requests is not None and duration is not None:
+        raise click.UsageError("give at most one of --requests and --duration")
+    duration_ns = parse_time_ns(duration, "--duration") if duration is not None else None
+    if duration_ns is not None and duration_ns <= 0:
+        raise ConfigError(f"must be positive, got {duration!r}", where="--duration")
+    unknown = [o for o in overrides if not o.strip().startswith(("scenario.", "system."))]
+    if unknown:
+        raise ConfigError(f"{unknown[0]!r}: a --set key starts with scenario. or system.", where="--set")
+    scenario = load_scenario(scenario_path, [o for o in overrides if o.strip().startswith("scenario.")])
+    configs = [load_system_config(s, [o for o in overrides if o.strip().startswith("system.")]) for s in systems]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    inputs = [c.file for c in configs if c.file] + ([scenario.file] if scenario.file else [])
+    outputs = OutputPlan(inputs=[f for f in inputs if f])
+    outputs.add(json_path, "--json")
+    outputs.add(plot_path, "--plot", kind="plot")
+    outputs.add(requests_path, "--requests-out")
+    requests_for = _requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
+    runs, entries = [], []
+    with progress_bar(len(configs), "system", "serve", quiet) as bar:
+        for config in configs:
+            t0 = time.perf_counter()
+            run = run_system(config, scenario, requests_for, warmup=warmup_requests)
+            runs.append(run)
+            entries.append(result_entry(run, scenario))
+            events = run.result.events if run.result is not None else 0
+            bar.update(1)
+            if not quiet:
+                click.echo(f"  {config.name}: {events:,} events in {time.perf_counter() - t0:.1f} s", err=True)
+    tree = {"schema": SCHEMA, "scenario": scenario.name,
+            "scenario_file": display_path(scenario.file) if scenario.file else None, "seed": seed,
+            "requests": n_requests, "duration_ns": duration_ns, "warmup_requests": warmup_requests,
+            "fabric_ttft_ratio": fabric_ratios(entries), "results": entries}
+    title = f"archsim serve: scenario {scenario.name} ({scenario.model}), seed {seed}"
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.write(plot_path, lambda tmp: plot(entries, tmp, title))
+    outputs.write(requests_path, lambda tmp: _write_lines(tmp, [line for run in runs for line in requests_lines(run)]))
+    outputs.commit()
+    if not quiet:
+        click.echo(render_table(entries, title))
+        for key, ratio in tree["fabric_ttft_ratio"].items():
+            click.echo(f"  TTFT {key}: {_fmt(ratio, '.3f')}")
+    click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+
+
+def _write_lines(path: Path, lines: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+__all__ = ["serve"]

@@ -1,0 +1,172 @@
+"""Iteration costs for the serving engine: the mixed-batch step with its expensive part tabulated.
+
+The engine asks for thousands of iterations at ever-changing batch mixes; replaying DRAM for each would take
+hours. archsim.system.mixed splits an iteration into exact closed-form terms (the calibrated GPU kernels and
+all-reduces at the batch's tokens, prefill attention, KV writes) and the decode part the decode-step model
+times with DRAM and PNM replayed (`DecodeTerms`). Only that part is tabulated: over the decode sequences d
+(powers of two) and their total cached tokens N (0, then powers of GRID_RATIO), each grid point a real
+decode-step run at d sequences of N / d tokens, filled lazily the first time a cell is needed, and
+interpolated bilinearly (the pool's time is close to a + b d + c N + e d N, which bilinear interpolation
+reproduces). `check()` measures the interpolation error at iterations the run really had, by running the
+decode-step model at their own (d, N); the result entry declares it (`cost_model`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from archsim.system.config import SystemConfig
+from archsim.system.mixed import (
+    NO_PREFILL,
+    DecodeTerms,
+    compose,
+    decode_terms,
+    gpu_time,
+    mixed_step,
+    prefill_layer_ns,
+)
+from archsim.system.workload import Workload
+
+GRID_RATIO = 4  # cached-token grid: 0, 1024, 4096, ... ; sequences grid: 1, 2, 4, ...
+FIRST_TOKENS = 1024
+METHOD = ("bilinear in (decode sequences, their cached tokens) over decode-step runs with DRAM and PNM "
+          "replayed; GPU kernels, all-reduces, prefill attention and KV writes exact")
+
+
+def _grid_up_to(first: int, ratio: int, top: int) -> list[int]:
+    """first, first x ratio, ... below top, then top itself (the last point never passes the capacity)."""
+    points = [first]
+    while points[-1] * ratio < top:
+        points.append(points[-1] * ratio)
+    if top > points[-1]:
+        points.append(top)
+    return points
+
+
+@dataclass
+class StepCostTable:
+    """IterationCost of one model instance of `workload` on `system` (archsim.serving.spec.IterationCost)."""
+
+    system: SystemConfig
+    workload: Workload
+    max_sequences: int
+    max_cached_tokens: int
+    # decode: load -- remote KV is loaded into HBM once, so decoding reads it there (the HBM roofline) and
+    # only the prefill's write-through crosses the links; stream: every step fetches it (the decode-step model)
+    decode_from_hbm: bool = False
+
+    def __post_init__(self) -> None:
+        self.seq_grid = _grid_up_to(1, 2, max(1, self.max_sequences))
+        self.token_grid = [0, *_grid_up_to(FIRST_TOKENS, GRID_RATIO, max(FIRST_TOKENS, self.max_cached_tokens))]
+        self._terms: dict[tuple[int, int], DecodeTerms] = {}
+        self._gpu: dict[tuple[int, int, float], Any] = {}  # GPU time per (tokens, sequences, stretch)
+        self._seen: list[tuple[int, int]] = []  # (d, N) of iterations the run asked for, for check()
+        self.errors: list[float] = []
+
+    @property
+    def grid_points(self) -> int:
+        return len(self._terms)
+
+    def _point(self, d: int, n: int) -> DecodeTerms:
+        key = (d, n)
+        if key not in self._terms:
+            self._terms[key] = decode_terms(self.system, self.workload, d, n // d)
+        return self._terms[key]
+
+    def decode_part(self, d: int, n: int) -> DecodeTerms:
+        """DecodeTerms at d sequences holding n cached tokens in all, interpolated between grid points."""
+        if self.system.kv_location == "gpu" or self.decode_from_hbm:  # the HBM roofline: exact, not tabulated
+            return DecodeTerms(d, n // d, "gpu", 0.0, 0.0, 1.0)
+        (d0, d1), wd = _bracket(self.seq_grid, d)
+        (n0, n1), wn = _bracket(self.token_grid, n)
+        corners = [[self._point(a, b) for b in (n0, n1)] for a in (d0, d1)]
+
+        def mix(field: str) -> float:
+            v = [[getattr(corners[i][j], field) for j in (0, 1)] for i in (0, 1)]
+            return ((1 - wd) * ((1 - wn) * v[0][0] + wn * v[0][1]) + wd * ((1 - wn) * v[1][0] + wn * v[1][1]))
+
+        base = corners[0][0]
+        return DecodeTerms(d, n // d, base.kind, mix("pool_ns"), mix("route_latency_ns"), mix("allreduce_stretch"))
+
+    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray) -> float:
+        cached = np.asarray(cached_tokens, dtype=np.int64)
+        new = np.asarray(new_tokens, dtype=np.int64)
+        tokens, sequences = int(new.sum()), int(new.size)
+        if tokens == sequences:  # every sequence decodes: the engine's common case, scalars only
+            d, n, prefill = sequences, int(cached.sum()), NO_PREFILL
+        else:
+            decoding = new == 1
+            d, n = int(decoding.sum()), int(cached[decoding].sum())
+            prefill = prefill_layer_ns(self.system, self.workload, cached[~decoding], new[~decoding])
+        terms = None
+        if d:
+            terms = self.decode_part(d, n)
+            if len(self._seen) < 4096:
+                self._seen.append((d, n))
+        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        key = (tokens, sequences, stretch)
+        gpu = self._gpu.get(key)
+        if gpu is None:
+            w = self.workload
+            gpu = self._gpu[key] = gpu_time(w.shape, w.dtype, tokens, sequences, w.tensor_parallel,
+                                            self.system.gpus, stretch)
+        return compose(self.system, self.workload, tokens, sequences, d, n, prefill, terms, gpu).time_ns
+
+    def check(self, samples: int = 6) -> float:
+        """Largest relative error of the interpolated decode part against the decode-step model at iterations the
+        run had (`samples` spread evenly over them, off-grid ones first)."""
+        off = sorted({k for k in self._seen if k not in self._terms})
+        if not off:
+            return max(self.errors, default=0.0)
+        picks = [off[i * len(off) // samples] for i in range(min(samples, len(off)))]
+        for d, n in picks:
+            exact = decode_terms(self.system, self.workload, d, n // d)
+            approx = self.decode_part(d, n)
+            cached = np.full(d, n // d, dtype=np.int64)
+            ones = np.ones(d, dtype=np.int64)
+            t_exact = mixed_step(self.system, self.workload, cached, ones, exact).time_ns
+            t_approx = mixed_step(self.system, self.workload, cached, ones, approx).time_ns
+            self.errors.append(abs(t_approx - t_exact) / t_exact)
+        return max(self.errors)
+
+    def pool_energy_coefficients(self) -> tuple[dict[str, float], dict[str, float]]:
+        """From the largest tabulated decode step: pJ per byte of KV the pool's units read (DRAM, PNM, SRAM,
+        background), and pJ per decode token on the links (its query and output); GPU terms left out."""
+        if not self._terms:
+            self._point(1, FIRST_TOKENS)
+        step = self._terms[max(self._terms, key=lambda k: (k[1], k[0]))].step
+        assert step is not None and step.energy_breakdown_pJ_per_token and step.kv_bytes
+        per_byte: dict[str, float] = {}
+        per_token: dict[str, float] = {}
+        for name, pj_per_token in step.energy_breakdown_pJ_per_token.items():
+            if name.startswith("gpu."):
+                continue
+            if name.startswith(("link.", "nic.")):
+                per_token[name] = pj_per_token
+            else:
+                per_byte[name] = pj_per_token * step.tokens / step.kv_bytes
+        return per_byte, per_token
+
+    def declaration(self) -> dict[str, Any]:
+        return {"grid_points": self.grid_points, "max_rel_error_measured": round(self.check(), 6),
+                "checked_iterations": len(self.errors), "method": METHOD}
+
+
+def _bracket(grid: list[int], x: int) -> tuple[tuple[int, int], float]:
+    """The grid cell holding x and x's weight towards its upper end (clamped to the grid)."""
+    if x <= grid[0]:
+        return (grid[0], grid[0]), 0.0
+    if x >= grid[-1]:
+        return (grid[-1], grid[-1]), 0.0
+    i = bisect.bisect_right(grid, x)
+    lo, hi = grid[i - 1], grid[i]
+    return (lo, hi), (x - lo) / (hi - lo)
+
+
+def instance_workload(workload: Workload, instances: int) -> Workload:
+    """The serving engine's instances of `workload` (the step model times every instance running alike)."""
+    return replace(workload, batch=1, instances=instances, max_context=None)

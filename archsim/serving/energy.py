@@ -1,0 +1,131 @@
+"""Energy of a serving run, priced by the system's energy table (archsim.energy; docs/energy.md).
+
+Counted from what the run did (ServingResult), not per iteration:
+
+* GPU: every iteration of every instance reads the weights once (`gpu.hbm_bit`); every computed token costs
+  2 FLOPs per weight element (`gpu.flop`), prefill tokens (prompt tokens not found in a cache, recomputed
+  tokens after a recompute preemption) and decode tokens alike; attention FLOPs: each decode token over its
+  context, each prefill token over the context before it (causal). Attention on the GPU also reads its KV
+  from HBM (decode: the whole context each step).
+* The KV home of a PNM system: from the decode-step model at the run's largest tabulated point, the pool's
+  energy per byte of KV its units read (DRAM, PNM MACs, SRAM, background power over that step) times the bytes
+  the run's decode tokens read there, and the link energy per decode token (its query and output).
+* Moves: the bytes the engine put on each tier's link (loads, streams, swaps, write-through) priced per wire
+  bit of the route's protocols, plus the store's device energy per bit or byte (host DRAM, NVMe, the RDMA
+  server's DRAM and NIC).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from archsim.energy import energy_breakdown
+from archsim.serving.costs import StepCostTable
+from archsim.serving.engine import ServingResult
+from archsim.system.config import SystemConfig
+from archsim.system.gpu import gpu_work
+from archsim.system.workload import Workload
+
+DEVICE_ACTION = {"host_dram": ("host_dram.bit", 8.0), "nvme": ("nvme.byte", 1.0), "rdma": ("host_dram.bit", 8.0)}
+
+
+def _token_sums(result: ServingResult) -> tuple[float, float, float, float]:
+    """(prefill tokens, decode tokens, decode attention pairs, prefill attention pairs) over the run."""
+    done = result.completed
+    spec = result.spec
+    prompt = result.input_tokens[done].astype(float)
+    out = result.output_tokens[done].astype(float)
+    # blocks found where the KV lives (HBM, or the PNM pool) are used in place; below it, only loaded ones
+    usable = result.hit_blocks[done][:, : spec.kv_home + 1].sum(axis=1) + \
+        result.loaded_blocks[done][:, spec.kv_home + 1:].sum(axis=1)
+    reused = np.minimum(usable * spec.block_tokens, prompt - 1)
+    computed = prompt - reused  # at least the last prompt token is computed
+    decode = np.maximum(out - 1.0, 0.0)  # the prefill iteration samples the first token
+    decode_pairs = decode * prompt + decode * (decode + 1) / 2  # token k of the answer reads prompt + k
+    prefill_pairs = computed * reused + computed * (computed + 1) / 2
+    return float(computed.sum()), float(decode.sum()), float(decode_pairs.sum()), float(prefill_pairs.sum())
+
+
+def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
+               table: StepCostTable) -> dict[str, float]:
+    """Action counts of the whole run (every instance)."""
+    shape, dtype = workload.shape, workload.dtype
+    el = workload.element_bytes
+    work = gpu_work(shape, dtype, 1, el)  # one token: weights, and FLOPs per token
+    prefill_tokens, decode_tokens, decode_pairs, prefill_pairs = _token_sums(result)
+    kv_token = result.spec.kv_bytes_per_token
+    spec = result.spec
+    pnm_home = spec.tiers[spec.kv_home].compute == "pnm"
+    layers = shape.num_layers
+    heads = shape.num_attention_heads
+    per_pair_flops = 2.0 * heads * (table_attention_width(table))  # scores + weighted sum, per layer
+    flops = (work.layer_flops * layers + work.epilogue_flops) * (prefill_tokens + decode_tokens)
+    flops += per_pair_flops * layers * (prefill_pairs + (0.0 if pnm_home else decode_pairs))
+    hbm_bytes = float(work.weight_bytes) * result.iterations
+    if not pnm_home:  # attention reads the KV from HBM: each decode token its whole context, a prefill
+        # (flash attention, one pass over the KV per query tile) its prompt's KV about once
+        prompt_tokens = float(result.input_tokens[result.completed].sum())
+        hbm_bytes += kv_token * (decode_pairs + prompt_tokens)
+    counts = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
+    for tier_index, tier in enumerate(spec.tiers[1:], start=1):
+        moved = float(result.tier_read_bytes[tier_index] + result.tier_write_bytes[tier_index])
+        if moved <= 0:
+            continue
+        cfg = system.kv_tiers[tier_index]
+        for action, bits in _route_bits(system, cfg.endpoint, moved).items():
+            counts[action] = counts.get(action, 0.0) + bits
+        if tier.kind in DEVICE_ACTION:
+            action, per_byte = DEVICE_ACTION[tier.kind]
+            counts[action] = counts.get(action, 0.0) + per_byte * moved
+        elif tier.kind == "pool":
+            read, written = result.tier_read_bytes[tier_index], result.tier_write_bytes[tier_index]
+            counts["dram.read_bit.host"] = counts.get("dram.read_bit.host", 0.0) + 8.0 * read
+            counts["dram.write_bit.host"] = counts.get("dram.write_bit.host", 0.0) + 8.0 * written
+    return counts
+
+
+def table_attention_width(table: StepCostTable) -> float:
+    """MACs per score and weighted-sum pair per query head (qk + out dims), from the model's KV geometry."""
+    from archsim.system.kvstream import kv_geometry
+
+    geo = kv_geometry(table.workload.shape, table.workload.dtype, 1, 0)
+    return float(geo.qk_dim + geo.out_dim)
+
+
+def _route_bits(system: SystemConfig, endpoint: str | None, payload_bytes: float) -> dict[str, float]:
+    """Wire bits per protocol for `payload_bytes` between `endpoint` and the GPUs (every hop, its efficiency),
+    plus the RDMA NICs' payload bits on Ethernet hops."""
+    topology = system.topology
+    if topology is None or endpoint is None:
+        return {}
+    gpu = system.gpu_endpoints(1)[0]
+    out: dict[str, float] = {}
+    for hop in topology.route(endpoint, gpu).hops:
+        link = hop.link
+        key = f"link.{link.protocol}.bit"
+        out[key] = out.get(key, 0.0) + 8.0 * payload_bytes / link.efficiency
+        if link.protocol == "ethernet":
+            out["nic.bit"] = out.get("nic.bit", 0.0) + 8.0 * payload_bytes
+    return out
+
+
+def run_energy(system: SystemConfig, workload: Workload, result: ServingResult,
+               table: StepCostTable) -> dict[str, Any]:
+    """Joules per output token and per request, and the breakdown in mJ per output token."""
+    parts = energy_breakdown(run_counts(system, workload, result, table), system.energy)
+    if result.spec.tiers[result.spec.kv_home].compute == "pnm":
+        _, decode_tokens, decode_pairs, _ = _token_sums(result)
+        per_byte, per_token = table.pool_energy_coefficients()
+        for name, pj in per_byte.items():
+            parts[name] = parts.get(name, 0.0) + pj * result.spec.kv_bytes_per_token * decode_pairs
+        for name, pj in per_token.items():
+            parts[name] = parts.get(name, 0.0) + pj * decode_tokens
+    tokens = float(result.output_tokens[result.completed].sum())
+    requests = int(result.completed.sum())
+    total = sum(parts.values())
+    return {"energy_J_per_token": total / tokens * 1e-12 if tokens else None,
+            "energy_J_per_request": total / requests * 1e-12 if requests else None,
+            "energy_breakdown_mJ_per_token": {k: round(v / tokens * 1e-9, 6) for k, v in parts.items()}
+            if tokens else {}}

@@ -1,0 +1,151 @@
+"""One serving run per system on the same requests: build the spec and the cost table, run the engine, and
+turn its result into an `archsim.serving/1` entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from archsim.errors import ArchsimError
+from archsim.interconnect import Flow, simulate_flows
+from archsim.models.presets import load_preset
+from archsim.serving.build import cost_table, serving_spec, serving_workload
+from archsim.serving.costs import StepCostTable
+from archsim.serving.energy import run_energy
+from archsim.serving.engine import ServingResult, simulate
+from archsim.serving.metrics import summarize
+from archsim.serving.requests import RequestTable
+from archsim.serving.scenario import Scenario
+from archsim.system.config import SystemConfig
+from archsim.system.workload import Workload
+
+SCHEMA = "archsim.serving/1"
+
+
+@dataclass
+class SystemRun:
+    system: SystemConfig
+    status: str
+    result: ServingResult | None = None
+    cost: StepCostTable | None = None
+    metrics: dict[str, Any] | None = None
+
+
+def model_limits(scenario: Scenario) -> tuple[Any, str, int]:
+    """The scenario's model shape, dtype and maximum context (max_position_embeddings)."""
+    preset = load_preset(scenario.model)
+    limit = preset.hf_config_dict().get("max_position_embeddings")
+    return preset.shape(), preset.dtype, int(limit) if limit else 1 << 62
+
+
+def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, warmup: int) -> SystemRun:
+    """Serve the scenario's requests (`requests_for(block_tokens)` gives the table) on `system`."""
+    shape, dtype, max_context = model_limits(scenario)
+    workload = serving_workload(system, shape, dtype, max_context, scenario.name)
+    spec = serving_spec(system, workload, max_context)
+    cost = cost_table(system, workload, spec)
+    table: RequestTable = requests_for(spec.block_tokens)
+    try:
+        result = simulate(table, spec, cost)
+    except ArchsimError as exc:
+        if exc.file is not None:
+            raise  # bad input, not a system that cannot serve
+        return SystemRun(system, f"infeasible: {exc.detail}", cost=cost)
+    slo = scenario.slo
+    metrics = summarize(result, warmup_requests=warmup, ttft_target_ns=slo.ttft_ns if slo else None,
+                        tpot_target_ns=slo.tpot_ns if slo else None)
+    metrics.update(run_energy(system, workload, result, cost))
+    metrics["tier_link_bytes"] = metrics.pop("link_bytes")
+    metrics["link_bytes"] = hop_link_bytes(system, workload, result)
+    return SystemRun(system, "ok", result, cost, metrics)
+
+
+def hop_link_bytes(system: SystemConfig, workload: Workload, result: ServingResult) -> dict[str, float]:
+    """The bytes the run moved per tier, on every link direction of the topology they cross, named as in
+    `archsim.system` (`host_link0:cxl_switch->gpu0`): each tier's reads (and a PNM pool's attention outputs)
+    spread evenly over the GPUs in use on the route tier -> GPU, its writes (and the PNM's queries) on the
+    route back (the flow model's own link accounting)."""
+    if system.topology is None:
+        return {}
+    spec = result.spec
+    gpus = system.gpu_endpoints(spec.instances * spec.tensor_parallel)
+    out: dict[str, float] = {}
+    pnm_in, pnm_out = _pnm_io_bytes(system, workload, result)
+    for t, tier in enumerate(system.kv_tiers[1:], start=1):
+        flows = []
+        extra_in, extra_out = (pnm_in, pnm_out) if tier.compute == "pnm" else (0.0, 0.0)
+        for size, toward_gpu in ((result.tier_read_bytes[t] + extra_out, True),
+                                 (result.tier_write_bytes[t] + extra_in, False)):
+            if size > 0 and tier.endpoint is not None:
+                flows += [Flow(tier.endpoint, g, size / len(gpus)) if toward_gpu else
+                          Flow(g, tier.endpoint, size / len(gpus)) for g in gpus]
+        if flows:
+            for usage in simulate_flows(system.topology, flows).links:
+                out[usage.name] = out.get(usage.name, 0.0) + usage.payload_bytes
+    return dict(sorted(out.items()))
+
+
+def _pnm_io_bytes(system: SystemConfig, workload: Workload, result: ServingResult) -> tuple[float, float]:
+    """A PNM pool's decode traffic: per decode token and layer its queries in (fp32) and outputs back (the
+    new token's K and V are in the tier's written bytes)."""
+    if system.attention != "pnm":
+        return 0.0, 0.0
+    from archsim.system.kvstream import kv_geometry
+
+    geo = kv_geometry(workload.shape, workload.dtype, 1, 0)
+    done = result.completed
+    tokens = float(np.maximum(result.output_tokens[done] - 1, 0).sum())
+    return tokens * geo.query_layer_bytes * geo.layers, tokens * geo.output_layer_bytes * geo.layers
+
+
+def _r6(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _r6(v) for k, v in value.items()}
+    if isinstance(value, float | np.floating):
+        return round(float(value), 6)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+# wall-clock figures stay out of the JSON, so the same inputs and seed give byte-identical files
+NOT_IN_JSON = ("events_per_s",)
+NULL_METRICS = ("requests_completed", "requests_rejected", "ttft_ms", "tpot_ms", "e2e_ms", "breakdown_ms",
+                "throughput_tokens_per_s", "throughput_requests_per_s", "goodput_requests_per_s",
+                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes", "energy_J_per_token")
+
+
+def result_entry(run: SystemRun, scenario: Scenario) -> dict[str, Any]:
+    s = run.system
+    entry: dict[str, Any] = {"system": s.name, "tier": s.tier, "scenario": scenario.name, "status": run.status,
+                             "kv_decode": s.kv_decode}
+    if run.metrics is None:
+        entry.update({key: None for key in NULL_METRICS})
+    else:
+        entry.update({k: _r6(v) for k, v in run.metrics.items() if k not in NOT_IN_JSON})
+    entry["cost_model"] = run.cost.declaration() if run.cost is not None and run.result is not None else None
+    return entry
+
+
+def requests_lines(run: SystemRun) -> list[dict[str, Any]]:
+    """One record per request for `--requests-out` (times in ms, None where a request never got there)."""
+    r = run.result
+    if r is None:
+        return []
+
+    def ms(v: float) -> float | None:
+        return None if not np.isfinite(v) else round(float(v) / 1e6, 6)
+
+    out = []
+    for i in range(len(r.arrival_ns)):
+        ttft = r.first_token_ns[i] - r.arrival_ns[i]
+        out_tokens = int(r.output_tokens[i])
+        tpot = (r.last_token_ns[i] - r.first_token_ns[i]) / (out_tokens - 1) if out_tokens > 1 else np.nan
+        out.append({"system": run.system.name, "request": i, "arrival_ms": ms(r.arrival_ns[i]),
+                    "ttft_ms": ms(ttft), "tpot_ms": ms(tpot), "e2e_ms": ms(r.last_token_ns[i] - r.arrival_ns[i]),
+                    "input_tokens": int(r.input_tokens[i]), "output_tokens": out_tokens,
+                    "hit_blocks": [int(x) for x in r.hit_blocks[i]], "completed": bool(r.completed[i]),
+                    "rejected": int(r.rejected[i])})
+    return out
