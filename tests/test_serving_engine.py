@@ -309,7 +309,7 @@ def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
     # a lone request: TTFT is its prefill; its decode waits for the handover first
     alone = simulate(poisson(1, 1.0, 1200, 60), sp, COST)
     assert _ttft(alone)[0] == pytest.approx(COST.iteration_ns(np.array([0]), np.array([1200])))
-    with pytest.raises(ConfigError, match="system.serving.disaggregated"):
+    with pytest.raises(ConfigError, match="system.serving.prefill_instances"):
         simulate(reqs, spec(instances=2, disaggregated=True, prefill_instances=1), COST)
 
 

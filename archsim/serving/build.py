@@ -66,9 +66,9 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
         assert capacity is not None and t.endpoint is not None
         rate, latency = _link(system, t.endpoint, tp)
         tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute))
-    if serving.prefill_instances:
-        raise ConfigError("prefill/decode disaggregation is not modelled yet: leave prefill_instances at 0",
-                          file=system.file, where="system.serving.prefill_instances")
+    if serving.prefill_instances and not 1 <= serving.prefill_instances < instances:
+        raise ConfigError(f"disaggregation needs 1 <= prefill_instances < instances ({instances}), got "
+                          f"{serving.prefill_instances}", file=system.file, where="system.serving.prefill_instances")
     home = next((i for i, t in enumerate(tiers) if t.compute == "pnm"), 0)
     spec = ServingSpec(
         system=system.name, tier_label=system.tier, instances=instances, tensor_parallel=tp,

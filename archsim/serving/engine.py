@@ -142,7 +142,7 @@ class _Engine:
         validate(spec)
         if spec.disaggregated and spec.kv_home == 0 and len(spec.tiers) < 2:
             raise ConfigError("prefill/decode disaggregation hands KV over through a tier below HBM; the system "
-                              "has none", where="system.serving.disaggregated")
+                              "has none", where="system.serving.prefill_instances")
         if table.block_tokens != spec.block_tokens:
             raise ConfigError(f"the requests are keyed in blocks of {table.block_tokens} tokens, the system "
                               f"uses {spec.block_tokens}", where="system.serving.block_tokens")
