@@ -213,6 +213,8 @@ def _tokens_by(res, t_ns: float) -> float:
 @pytest.mark.parametrize(("system", "system_set", "prompt", "output", "bound"), [
     # 256-token prompts with 4,800-token answers: the sequence limit (256) binds, their KV just fits HBM
     ("gpu-hbm", (), 256, 4800, "seqs"),
+    # G2.5: the same batch decoding in the pool's PNM units (its 768 GiB hold far more)
+    ("g25", (), 256, 4800, "seqs"),
     # an HBM budget of about 51 GB: the KV of 68 sequences of 256 + 2,048 tokens fills it
     ("gpu-hbm", ("system.gpus.memory_utilization=0.3",), 256, 2048, "kv"),
 ])
