@@ -35,6 +35,8 @@ GRID_RATIO = 4  # cached-token grid: 0, 1024, 4096, ... ; sequences grid: 1, 2, 
 FIRST_TOKENS = 1024
 METHOD = ("bilinear in (decode sequences, their cached tokens) over decode-step runs with DRAM and PNM "
           "replayed; GPU kernels, all-reduces, prefill attention and KV writes exact")
+EXACT_METHOD = ("exact: decode attention reads the KV from GPU HBM (the HBM roofline), nothing tabulated; GPU "
+                "kernels, all-reduces, prefill attention and KV writes exact")
 
 
 def _grid_up_to(first: int, ratio: int, top: int) -> list[int]:
@@ -68,6 +70,11 @@ class StepCostTable:
         self.errors: list[float] = []
 
     @property
+    def tabulated(self) -> bool:
+        """Whether the decode part is interpolated from decode-step runs (KV read in a pool or streamed)."""
+        return not (self.system.kv_location == "gpu" or self.decode_from_hbm)
+
+    @property
     def grid_points(self) -> int:
         return len(self._terms)
 
@@ -79,7 +86,7 @@ class StepCostTable:
 
     def decode_part(self, d: int, n: int) -> DecodeTerms:
         """DecodeTerms at d sequences holding n cached tokens in all, interpolated between grid points."""
-        if self.system.kv_location == "gpu" or self.decode_from_hbm:  # the HBM roofline: exact, not tabulated
+        if not self.tabulated:  # the HBM roofline: exact
             return DecodeTerms(d, n // d, "gpu", 0.0, 0.0, 1.0)
         (d0, d1), wd = _bracket(self.seq_grid, d)
         (n0, n1), wn = _bracket(self.token_grid, n)
@@ -118,7 +125,10 @@ class StepCostTable:
 
     def check(self, samples: int = 6) -> float:
         """Largest relative error of the interpolated decode part against the decode-step model at iterations the
-        run had (`samples` spread evenly over them, off-grid ones first)."""
+        run had (`samples` spread evenly over them, off-grid ones first). 0 when nothing is tabulated: the
+        decode-step model would then time a different path (KV streamed over the link) than the one served."""
+        if not self.tabulated:
+            return 0.0
         off = sorted({k for k in self._seen if k not in self._terms})
         if not off:
             return max(self.errors, default=0.0)
@@ -153,7 +163,7 @@ class StepCostTable:
 
     def declaration(self) -> dict[str, Any]:
         return {"grid_points": self.grid_points, "max_rel_error_measured": round(self.check(), 6),
-                "checked_iterations": len(self.errors), "method": METHOD}
+                "checked_iterations": len(self.errors), "method": METHOD if self.tabulated else EXACT_METHOD}
 
 
 def _bracket(grid: list[int], x: int) -> tuple[tuple[int, int], float]:
