@@ -171,6 +171,9 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
         for key, ratio in tree["fabric_ttft_ratio"].items():
             click.echo(f"  TTFT {key}: {_fmt(ratio, '.3f')}")
     click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+    if not any(e["status"] == "ok" for e in entries):  # exit 0 only when some system served the requests
+        click.echo("archsim: no system could serve the scenario: every result is infeasible", err=True)
+        raise SystemExit(1)
 
 
 def _write_lines(path: Path, lines: list[dict]) -> None:
