@@ -23,6 +23,7 @@ from archsim.system.config import SystemConfig
 from archsim.system.mixed import (
     NO_PREFILL,
     DecodeTerms,
+    attention_constants,
     compose,
     decode_terms,
     gpu_time,
@@ -94,6 +95,8 @@ class StepCostTable:
 
         def mix(field: str) -> float:
             v = [[getattr(corners[i][j], field) for j in (0, 1)] for i in (0, 1)]
+            if v[0][0] == v[0][1] == v[1][0] == v[1][1]:  # equal corners: the value itself, not a rounded blend
+                return v[0][0]
             return ((1 - wd) * ((1 - wn) * v[0][0] + wn * v[0][1]) + wd * ((1 - wn) * v[1][0] + wn * v[1][1]))
 
         base = corners[0][0]
@@ -122,6 +125,57 @@ class StepCostTable:
             gpu = self._gpu[key] = gpu_time(w.shape, w.dtype, tokens, sequences, w.tensor_parallel,
                                             self.system.gpus, stretch)
         return compose(self.system, self.workload, tokens, sequences, d, n, prefill, terms, gpu).time_ns
+
+    def decode_steps_ns(self, cached_tokens: np.ndarray, steps: int) -> np.ndarray:
+        """`steps` decode iterations of one batch, sequence s holding cached_tokens[s] + j tokens at step j:
+        iteration_ns(cached_tokens + j, ones) for each j, bit for bit, in one vectorized pass when the batch's
+        all-reduces do not share a fabric (else one call per step)."""
+        cached = np.asarray(cached_tokens, dtype=np.int64)
+        d = int(cached.size)
+        n = int(cached.sum()) + d * np.arange(steps, dtype=np.int64)
+        pool, stretch = self._decode_vectors(d, n)
+        if stretch is None:  # a stretch that varies with the context changes the all-reduces: price each step
+            return np.array([self.iteration_ns(cached + j, np.ones(d, dtype=np.int64)) for j in range(steps)])
+        if len(self._seen) < 4096:
+            self._seen.extend((d, int(x)) for x in n[: 4096 - len(self._seen)])
+        w, gpus = self.workload, self.system.gpus
+        key = (d, d, 1.0)
+        gpu = self._gpu.get(key)
+        if gpu is None:
+            gpu = self._gpu[key] = gpu_time(w.shape, w.dtype, d, d, w.tensor_parallel, gpus, 1.0)
+        if pool is None:  # the GPUs' HBM roofline, as compose's `gpu` kind
+            kv_heads, group, row_bytes, macs = attention_constants(w.shape, w.dtype)
+            rows = (n + 2 * d).astype(np.float64)
+            flops = 2.0 * (n + d).astype(np.float64) * kv_heads * group * macs
+            attention = np.maximum(rows * kv_heads * row_bytes / w.tensor_parallel / gpus.hbm_bandwidth_GBps,
+                                   flops / w.tensor_parallel / (gpus.peak_TFLOPS * 1e3))
+        else:
+            attention = pool
+        L = w.shape.num_layers
+        return L * gpu.kernels_ns + L * gpu.allreduce_ns + L * attention + gpu.epilogue_ns
+
+    def _decode_vectors(self, d: int, n: np.ndarray) -> tuple[np.ndarray | None, float | None]:
+        """The decode part's pool time per step (None: the HBM roofline) and its all-reduce stretch (None when
+        it is not 1 everywhere, or the part is a fetch: those steps are priced one by one)."""
+        if not self.tabulated:
+            return None, 1.0
+        (d0, d1), wd = _bracket(self.seq_grid, d)
+        grid = np.asarray(self.token_grid, dtype=np.int64)
+        upper = np.clip(np.searchsorted(grid, n, side="right"), 1, len(grid) - 1)
+        inside = (n > grid[0]) & (n < grid[-1])
+        lo = np.where(inside, grid[upper - 1], np.where(n <= grid[0], grid[0], grid[-1]))
+        hi = np.where(inside, grid[upper], lo)
+        wn = np.where(inside, (n - lo) / np.where(inside, hi - lo, 1), 0.0)
+        needed = sorted(set(lo.tolist()) | set(hi.tolist()))
+        points = {(a, b): self._point(a, b) for a in (d0, d1) for b in needed}
+        if any(p.kind != "pnm" or p.allreduce_stretch != 1.0 for p in points.values()):
+            return None, None
+        value = {key: p.pool_ns for key, p in points.items()}
+        v00 = np.array([value[(d0, b)] for b in lo.tolist()])
+        v01 = np.array([value[(d0, b)] for b in hi.tolist()])
+        v10 = np.array([value[(d1, b)] for b in lo.tolist()])
+        v11 = np.array([value[(d1, b)] for b in hi.tolist()])
+        return (1 - wd) * ((1 - wn) * v00 + wn * v01) + wd * ((1 - wn) * v10 + wn * v11), 1.0
 
     def check(self, samples: int = 6) -> float:
         """Largest relative error of the interpolated decode part against the decode-step model at iterations the

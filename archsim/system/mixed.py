@@ -144,7 +144,7 @@ def gpu_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int
 def _decode_hbm_work(workload: Workload, sequences: int, cached_tokens: int) -> tuple[float, float]:
     """One GPU's HBM bytes and FLOPs of the decode sequences' attention per layer (their KV after the append,
     plus the append itself), as the decode-step model counts them."""
-    kv_heads, group, row_bytes, macs = _attention_constants(workload.shape, workload.dtype)
+    kv_heads, group, row_bytes, macs = attention_constants(workload.shape, workload.dtype)
     tp = workload.tensor_parallel
     rows = float(cached_tokens + 2 * sequences)
     flops = 2.0 * float(cached_tokens + sequences) * kv_heads * group * macs
@@ -152,7 +152,7 @@ def _decode_hbm_work(workload: Workload, sequences: int, cached_tokens: int) -> 
 
 
 @lru_cache(maxsize=64)
-def _attention_constants(shape: ModelShape, dtype: str) -> tuple[int, int, int, int]:
+def attention_constants(shape: ModelShape, dtype: str) -> tuple[int, int, int, int]:
     """Cached heads, query heads per cached head, bytes of one cached head's K and V row, MACs per score."""
     geo = kv_geometry(shape, dtype, 1, 0)
     return geo.kv_heads, geo.query_group, geo.row_bytes, geo.qk_dim + geo.out_dim
