@@ -13,7 +13,6 @@ import click
 from archsim.errors import ConfigError
 
 SCHEMA = "archsim.gpu/1"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _positive_list(text: str, option: str) -> list[int]:
@@ -31,11 +30,11 @@ def _positive_list(text: str, option: str) -> list[int]:
 
 
 def _shown_path(path: Path) -> str:
-    """Repository-relative when inside it, so the JSON does not depend on where the checkout lies."""
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
+    """Shipped files by their path in the repository (also from a wheel), so the JSON does not depend on
+    where the checkout or install lies."""
+    from archsim.resources import display_path
+
+    return display_path(path)
 
 
 @click.group("gpu")

@@ -26,9 +26,10 @@ from pathlib import Path
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError
+from archsim.resources import data_path
 from archsim.units import parse_bandwidth_GBps, parse_size_bytes, parse_time_ns
 
-GPUS_DIR = Path(__file__).resolve().parents[2] / "configs" / "gpus"
+GPUS_DIR = data_path("configs", "gpus")
 
 
 @dataclass(frozen=True)
