@@ -23,7 +23,7 @@ from tests.conftest import DRAMSIM3_INI, REPO
 pytestmark = pytest.mark.system
 
 KERNELS = REPO / "isa" / "kernels"
-OUTPUT_PARAMS = {"output", "json_path", "plot_path"}  # the parameter names of file outputs
+OUTPUT_PARAMS = {"output", "json_path", "plot_path", "timeline_path"}  # the parameter names of file outputs
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -61,6 +61,10 @@ SMALL_SYSTEM = ["gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K", "--
 COMMANDS = [
     Command("replay --json", lambda t, o: ["replay", str(t / "t.trace"), "--memory", str(t / "hbm2.yaml"),
                                            "--quiet", "--json", o], "t.trace", ".json"),
+    Command("replay --timeline", lambda t, o: ["replay", str(t / "t.trace"), "--memory", str(t / "hbm2.yaml"),
+                                               "--quiet", "--timeline", o], "t.trace", ".json"),
+    Command("serve --timeline", lambda t, o: ["serve", "gpu-hbm", "--scenario", "multiturn", "--requests", "10",
+                                              "--quiet", "--timeline", o], None, ".json"),
     Command("compare --json", lambda t, o: ["compare", *SMALL_SYSTEM, "--json", o], None, ".json"),
     Command("compare --plot", lambda t, o: ["compare", *SMALL_SYSTEM, "--plot", o], None, ".png"),
     Command("simulate --json", lambda t, o: ["simulate", *SMALL_SYSTEM, "--json", o], None, ".json"),

@@ -87,12 +87,18 @@ def _requests_source(scenario: Any, n_requests: int | None, duration_ns: float |
 @click.option("--requests-out", "requests_path", type=click.Path(dir_okay=False),
               help="Write one JSON line per request and system (arrival, TTFT, TPOT, E2E, hits).")
 @click.option("--quiet", is_flag=True, help="No table.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
+              help="Write each request's life (queued, KV load, prefill, decode) per system as a Chrome trace.")
+@click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:10s).")
+@click.option("--timeline-requests", type=int, metavar="N", help="Only the first N requests in the timeline.")
 def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, duration: str | None, seed: int,
           warmup_requests: int, overrides: Sequence[str], json_path: str | None, plot_path: str | None,
-          requests_path: str | None, quiet: bool) -> None:
+          requests_path: str | None, quiet: bool, timeline_path: str | None, timeline_window: str | None,
+          timeline_requests: int | None) -> None:
     """Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."""
     from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
+    from archsim.report.timeline import parse_window, serving_timeline
     from archsim.serving.plots import plot
     from archsim.serving.run import SCHEMA, requests_lines, result_entry, run_system
     from archsim.serving.scenario import load_scenario
@@ -119,6 +125,8 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.add(json_path, "--json")
     outputs.add(plot_path, "--plot", kind="plot")
     outputs.add(requests_path, "--requests-out")
+    outputs.add(timeline_path, "--timeline")
+    window = parse_window(timeline_window, timeline_requests)
     requests_for = _requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
     runs, entries = [], []
     for config in configs:
@@ -135,6 +143,8 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
     outputs.write(plot_path, lambda tmp: plot(runs, entries, tmp, title, warmup_requests))
     outputs.write(requests_path, lambda tmp: _write_lines(tmp, [line for run in runs for line in requests_lines(run)]))
+    if timeline_path is not None:
+        outputs.write(timeline_path, serving_timeline(runs, window, source=scenario.name).write)
     outputs.commit()
     if not quiet:
         click.echo(render_table(entries, title))
