@@ -56,6 +56,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "gpu": ("archsim.gpu.cli", "gpu", "The calibrated GPU kernel model (see docs/gpu.md)."),
     "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
     "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
+    "report": ("archsim.report.cli", "report",
+               "One self-contained HTML page of the plots of archsim JSON outputs (inline SVG)."),
     "serve": ("archsim.serving.cli", "serve",
               "Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."),
     "simulate": ("archsim.system.cli", "simulate",

@@ -45,6 +45,7 @@ def _inputs(tmp: Path) -> None:
     shutil.copy(REPO / "configs" / "memory" / "hbm2.yaml", tmp / "hbm2.yaml")
     shutil.copy(REPO / "traces" / "tiny-llama_chat.npz", tmp / "logical.npz")
     shutil.copy(DRAMSIM3_INI, tmp / "hbm2.ini")
+    shutil.copy(REPO / "tests" / "data" / "report_stats.json", tmp / "stats.json")
     (tmp / "t.trace").write_text("".join(f"{64 * i:#x} READ {2 * i}\n" for i in range(50)))
     result = CliRunner().invoke(main, ["isa", "asm", str(tmp / "k.s"), "-o", str(tmp / "k.bin")])
     assert result.exit_code == 0, result.output
@@ -65,6 +66,7 @@ COMMANDS = [
                                                "--quiet", "--timeline", o], "t.trace", ".json"),
     Command("serve --timeline", lambda t, o: ["serve", "gpu-hbm", "--scenario", "multiturn", "--requests", "10",
                                               "--quiet", "--timeline", o], None, ".json"),
+    Command("report -o", lambda t, o: ["report", str(t / "stats.json"), "-o", o], "stats.json", ".html"),
     Command("compare --json", lambda t, o: ["compare", *SMALL_SYSTEM, "--json", o], None, ".json"),
     Command("compare --plot", lambda t, o: ["compare", *SMALL_SYSTEM, "--plot", o], None, ".png"),
     Command("simulate --json", lambda t, o: ["simulate", *SMALL_SYSTEM, "--json", o], None, ".json"),

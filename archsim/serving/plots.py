@@ -70,6 +70,21 @@ def _cdf_axes(ax: Any, series: Sequence[tuple[str, np.ndarray]], styles: dict, l
     ax.grid(True, which="both", alpha=0.3)
 
 
+def _percentile_points(ax: Any, entries: Sequence[dict], key: str, styles: dict) -> None:
+    label = {"ttft_ms": "time to first token, TTFT", "tpot_ms": "time per output token, TPOT"}[key]
+    for e in entries:
+        dist = e.get(key) or {}
+        points = [(dist[f"p{p}"], p / 100) for p in (50, 90, 99) if dist.get(f"p{p}") is not None]
+        if points:
+            color, marker, style = styles[e["system"]]
+            ax.plot(*zip(*points, strict=True), color=color, marker=marker, linestyle=style, label=e["system"],
+                    gid=f"cdf:{e['system']}")
+    ax.set_xlabel(f"{label} (ms); points: p50, p90, p99")
+    ax.set_ylabel("fraction of measured requests")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def _stacked_bars(ax: Any, entries: Sequence[dict], parts_of: Any, part_names: Sequence[str],
                   labels: dict[str, str], xlabel: str) -> None:
     from matplotlib.pyplot import get_cmap
@@ -100,9 +115,11 @@ def _stacked_bars(ax: Any, entries: Sequence[dict], parts_of: Any, part_names: S
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, borderaxespad=0)
 
 
-def serving_figure(runs: Sequence[Any], entries: Sequence[dict], title: str = "", warmup_requests: int = 0) -> Any:
+def serving_figure(runs: Sequence[Any] | None, entries: Sequence[dict], title: str = "",
+                   warmup_requests: int = 0) -> Any:
     """The four panels (see the module docstring); `runs` are `archsim.serving.run.SystemRun`s, `entries`
-    their `archsim.serving/1` entries, in the same order."""
+    their `archsim.serving/1` entries, in the same order; without runs (a JSON file alone) the CDF panels show
+    the points the entries hold (p50, p90, p99)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,10 +132,16 @@ def serving_figure(runs: Sequence[Any], entries: Sequence[dict], title: str = ""
     styles = {e["system"]: (colors[i % len(colors)], *system_style(i)) for i, e in enumerate(entries)}
     fig, axes = plt.subplots(2, 2, figsize=(14, 9), layout="constrained")
     (ttft_ax, tpot_ax), (time_ax, energy_ax) = axes
-    served = [(run.system.name, *request_latencies_ns(run.result, warmup_requests))
-              for run in runs if run.result is not None]
-    _cdf_axes(ttft_ax, [(n, t) for n, t, _ in served], styles, "time to first token, TTFT")
-    _cdf_axes(tpot_ax, [(n, p) for n, _, p in served], styles, "time per output token, TPOT")
+    if runs is None:  # an archsim.serving/1 file alone: the CDF at the percentiles it holds
+        for ax, key in ((ttft_ax, "ttft_ms"), (tpot_ax, "tpot_ms")):
+            _percentile_points(ax, entries, key, styles)
+        served_any = any((e.get("requests_completed") or 0) > 0 for e in entries)
+    else:
+        served = [(run.system.name, *request_latencies_ns(run.result, warmup_requests))
+                  for run in runs if run.result is not None]
+        _cdf_axes(ttft_ax, [(n, t) for n, t, _ in served], styles, "time to first token, TTFT")
+        _cdf_axes(tpot_ax, [(n, p) for n, _, p in served], styles, "time per output token, TPOT")
+        served_any = any(len(t) for _, t, _ in served)
     ttft_ax.set_title("TTFT distribution", fontsize=10)
     tpot_ax.set_title("TPOT distribution", fontsize=10)
     _stacked_bars(time_ax, entries, lambda e: e.get("breakdown_ms"), PHASES, PHASE_LABELS,
@@ -128,7 +151,7 @@ def serving_figure(runs: Sequence[Any], entries: Sequence[dict], title: str = ""
     _stacked_bars(energy_ax, entries, lambda e: energy_groups(e.get("energy_breakdown_mJ_per_token") or {}),
                   groups, {}, "energy per output token (mJ/token)")
     energy_ax.set_title("energy by component", fontsize=10)
-    if not any(len(t) for _, t, _ in served):
+    if not served_any:
         for ax in axes.flat:
             ax.text(0.5, 0.5, NONE_SERVED, transform=ax.transAxes, ha="center", va="center", fontsize=11,
                     color="firebrick", gid="none-served")
