@@ -13,8 +13,10 @@ import click
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
 @click.option("--title", default="archsim report", show_default=True, help="The page's title.")
 def report(inputs: Sequence[str], output: str, title: str) -> None:
-    """One HTML page of the plots of archsim.system, archsim.serving and archsim.stats JSON files (or a
-    directory of them): inline SVG, no external reference, the plots' boxes as JSON inside."""
+    """One self-contained HTML page of the plots of archsim JSON outputs (inline SVG).
+
+    INPUTS are archsim.system, archsim.serving and archsim.stats JSON files or directories of them; the page
+    has no external reference and carries the plots' boxes as JSON."""
     from archsim.outputs import OutputPlan
     from archsim.report.html import build_report, read_inputs
 
