@@ -5,10 +5,12 @@ without Chromium only when CI is unset)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -50,8 +52,8 @@ def test_the_report_is_self_contained_with_an_svg_per_plot(page):
     assert not re.search(r"https?://", text)
     assert not re.search(r"\ssrc\s*=", text)
     divs = re.findall(r'<div class="plot" id="([^"]+)"[^>]*><svg', text)
-    assert divs == ["plot-1", "plot-2", "plot-3"]
-    assert text.count("<svg") == 3 and text.count("</svg>") == 3
+    assert divs == ["plot-1", "plot-2", "plot-3", "plot-4"]  # compare, serve, replay, replay's bank heat map
+    assert text.count("<svg") == 4 and text.count("</svg>") == 4
     boxes = plot_boxes(text)
     assert [b["id"] for b in boxes["plots"]] == divs
     for b in boxes["plots"]:
@@ -78,7 +80,7 @@ def test_a_directory_input_reads_its_json_files(inputs, tmp_path):
     out = tmp_path / "r.html"
     r = _run("report", str(sweep), "-o", str(out))
     assert r.exit_code == 0, r.output
-    assert len(plot_boxes(out.read_text())["plots"]) == 3
+    assert len(plot_boxes(out.read_text())["plots"]) == 4
 
 
 @pytest.mark.parametrize(("content", "needle"), [('{"schema": "archsim.gpu/1"}', "schema"), ("{not json", "JSON")])
@@ -90,6 +92,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, content, needle):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and str(bad) in lines[0] and needle in lines[0]
     assert not out.exists()
+
+
+def test_the_bank_heat_map_shows_the_per_bank_counts_that_add_up_to_the_totals():
+    import numpy as np
+
+    from archsim.report.html import bank_heat_figure
+
+    tree = json.loads(Path(STATS).read_text())
+    mem = tree["memory"]
+    banks = mem["banks"]
+    for key in ("row_misses", "row_conflicts", "bank_conflicts"):
+        grid = np.asarray(banks[key])
+        assert grid.shape == (8, 16) and grid.sum() == mem[key]  # HBM2: 8 pseudo-channels of 16 banks
+    fig = bank_heat_figure(tree)
+    opened, conflicts = (ax.get_images()[0].get_array() for ax in fig.axes[:2])
+    assert np.array_equal(opened, np.asarray(banks["row_misses"]) + np.asarray(banks["row_conflicts"]))
+    assert np.array_equal(conflicts, np.asarray(banks["bank_conflicts"]))
+    assert fig.axes[0].get_xlabel() == "bank in the pseudo-channel"
 
 
 def _chromium() -> str | None:

@@ -83,7 +83,33 @@ def figures_for(file: str, tree: dict[str, Any]) -> list[tuple[str, Any]]:
         from archsim.serving.plots import serving_figure
 
         return [(f"{name}: serving ({tree.get('scenario')})", serving_figure([], tree["results"]))]
-    return [(f"{name}: DRAM replay", stats_figure(tree))]
+    plots = [(f"{name}: DRAM replay", stats_figure(tree))]
+    if "banks" in tree["memory"]:
+        plots.append((f"{name}: per-bank heat map", bank_heat_figure(tree)))
+    return plots
+
+
+def bank_heat_figure(tree: dict[str, Any]) -> Any:
+    """Per-bank heat maps of an archsim.stats/1 replay: requests that opened a row (misses + conflicts) and
+    bank conflicts, pseudo-channel by bank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    banks = tree["memory"]["banks"]
+    opened = np.asarray(banks["row_misses"]) + np.asarray(banks["row_conflicts"])
+    conflicts = np.asarray(banks["bank_conflicts"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
+    for ax, grid, label in ((axes[0], opened, "requests that opened a row (misses + conflicts)"),
+                            (axes[1], conflicts, "bank conflicts (requests)")):
+        image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+        ax.set_xlabel("bank in the pseudo-channel")
+        ax.set_ylabel("pseudo-channel")
+        ax.set_title(label, fontsize=10)
+        fig.colorbar(image, ax=ax, label="requests")
+    return fig
 
 
 def stats_figure(tree: dict[str, Any]) -> Any:
