@@ -129,3 +129,26 @@ def test_plot_writes_the_same_bytes_twice(tmp_path, suffix):
     for p in paths:
         report.plot(_results(), p, "title")
     assert paths[0].read_bytes() == paths[1].read_bytes()
+
+
+def test_the_breakdown_figure_stacks_the_critical_terms_to_the_step_and_names_infeasible_points():
+    import numpy as np
+
+    rows = [{"system": "a", "context": 4096, "status": "ok", "decode_step_ns": 3e6,
+             "breakdown_ns": {"critical": {"gpu_weights": 2e6, "pnm": 1e6}, "overlapped": {"pool_dram": 9e5}},
+             "energy_breakdown_pJ_per_token": {"gpu.flop": 1e9, "gpu.hbm_bit": 2e9, "dram.act": 5e8}},
+            {"system": "b", "context": 131072, "status": f"infeasible: {REASON}", "breakdown_ns": {}}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = report.breakdown_figure(rows)
+        fig.canvas.draw()
+    step_ax, energy_ax = fig.axes
+    assert [t.get_text() for t in step_ax.get_yticklabels()] == ["a @ 4K", "b @ 128K"]
+    widths = np.array([[p.get_width() for p in c.patches] for c in step_ax.containers])
+    assert widths.sum(axis=0).tolist() == [3.0, 0.0]  # ms: the critical terms add up to the step
+    assert {c.get_label() for c in step_ax.containers} == {"gpu_weights", "pnm"}  # overlapped work is not stacked
+    energy = {c.get_label(): c.patches[0].get_width() for c in energy_ax.containers}
+    assert energy == {"dram": pytest.approx(0.5), "gpu": pytest.approx(3.0)}
+    assert f"infeasible: {REASON}" in [t.get_text() for t in step_ax.texts]
+    assert step_ax.get_xlabel().endswith("(ms)") and energy_ax.get_xlabel() == "energy per token (mJ/token)"
+    plt.close(fig)

@@ -52,8 +52,9 @@ def test_the_report_is_self_contained_with_an_svg_per_plot(page):
     assert not re.search(r"https?://", text)
     assert not re.search(r"\ssrc\s*=", text)
     divs = re.findall(r'<div class="plot" id="([^"]+)"[^>]*><svg', text)
-    assert divs == ["plot-1", "plot-2", "plot-3", "plot-4"]  # compare, serve, replay, replay's bank heat map
-    assert text.count("<svg") == 4 and text.count("</svg>") == 4
+    # compare (comparison, breakdown), serve, replay (commands and channels, bank heat map)
+    assert divs == [f"plot-{k}" for k in range(1, 6)]
+    assert text.count("<svg") == 5 and text.count("</svg>") == 5
     boxes = plot_boxes(text)
     assert [b["id"] for b in boxes["plots"]] == divs
     for b in boxes["plots"]:
@@ -80,7 +81,7 @@ def test_a_directory_input_reads_its_json_files(inputs, tmp_path):
     out = tmp_path / "r.html"
     r = _run("report", str(sweep), "-o", str(out))
     assert r.exit_code == 0, r.output
-    assert len(plot_boxes(out.read_text())["plots"]) == 4
+    assert len(plot_boxes(out.read_text())["plots"]) == 5
 
 
 @pytest.mark.parametrize(("content", "needle"), [('{"schema": "archsim.gpu/1"}', "schema"), ("{not json", "JSON")])

@@ -73,12 +73,13 @@ def figures_for(file: str, tree: dict[str, Any]) -> list[tuple[str, Any]]:
     name = Path(file).name
     if schema.startswith("archsim.system/"):
         from archsim.system.decode import StepResult
-        from archsim.system.report import comparison_figure
+        from archsim.system.report import breakdown_figure, comparison_figure
 
         results = [StepResult(r["system"], r.get("tier", ""), int(r["context"]), r["status"],
                               decode_step_ns=r.get("decode_step_ns"), energy_pJ_per_token=r.get("energy_pJ_per_token"))
                    for r in tree["results"]]
-        return [(f"{name}: decode step and energy per token", comparison_figure(results))]
+        return [(f"{name}: decode step and energy per token", comparison_figure(results)),
+                (f"{name}: where the step's time and energy go", breakdown_figure(tree["results"]))]
     if schema.startswith("archsim.serving/"):
         from archsim.serving.plots import serving_figure
 

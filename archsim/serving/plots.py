@@ -85,7 +85,7 @@ def _percentile_points(ax: Any, entries: Sequence[dict], key: str, styles: dict)
     ax.grid(True, which="both", alpha=0.3)
 
 
-def _stacked_bars(ax: Any, entries: Sequence[dict], parts_of: Any, part_names: Sequence[str],
+def stacked_bars(ax: Any, entries: Sequence[dict], parts_of: Any, part_names: Sequence[str],
                   labels: dict[str, str], xlabel: str) -> None:
     from matplotlib.pyplot import get_cmap
 
@@ -144,11 +144,11 @@ def serving_figure(runs: Sequence[Any] | None, entries: Sequence[dict], title: s
         served_any = any(len(t) for _, t, _ in served)
     ttft_ax.set_title("TTFT distribution", fontsize=10)
     tpot_ax.set_title("TPOT distribution", fontsize=10)
-    _stacked_bars(time_ax, entries, lambda e: e.get("breakdown_ms"), PHASES, PHASE_LABELS,
+    stacked_bars(time_ax, entries, lambda e: e.get("breakdown_ms"), PHASES, PHASE_LABELS,
                   "mean request time (ms): queueing + KV load + prefill = TTFT")
     time_ax.set_title("where a request's time goes", fontsize=10)
     groups = sorted({g for e in entries for g in energy_groups(e.get("energy_breakdown_mJ_per_token") or {})})
-    _stacked_bars(energy_ax, entries, lambda e: energy_groups(e.get("energy_breakdown_mJ_per_token") or {}),
+    stacked_bars(energy_ax, entries, lambda e: energy_groups(e.get("energy_breakdown_mJ_per_token") or {}),
                   groups, {}, "energy per output token (mJ/token)")
     energy_ax.set_title("energy by component", fontsize=10)
     if not served_any:

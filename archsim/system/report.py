@@ -228,6 +228,31 @@ def comparison_figure(results: Sequence[StepResult], title: str = "") -> Any:
     return fig
 
 
+def breakdown_figure(results: Sequence[dict[str, Any]]) -> Any:
+    """Per (system, context) of an archsim.system tree's `results`: the decode step's critical-path terms
+    stacked (ms; they sum to decode_step_ns) and the energy per token stacked by component family (mJ/token);
+    an infeasible point is named with its reason where its bars would be."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from archsim.serving.plots import energy_groups, stacked_bars
+
+    rows = [{"system": f"{r['system']} @ {_tokens(int(r['context']))}", "status": r["status"],
+             "step": {k: v / 1e6 for k, v in ((r.get("breakdown_ns") or {}).get("critical") or {}).items()},
+             "energy": {k: v / 1e9 for k, v in energy_groups(r.get("energy_breakdown_pJ_per_token") or {}).items()}}
+            for r in results]
+    terms = list(dict.fromkeys(k for row in rows for k in row["step"]))
+    groups = sorted({k for row in rows for k in row["energy"]})
+    fig, (step_ax, energy_ax) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.45 * max(len(rows), 2)), layout="constrained")
+    stacked_bars(step_ax, rows, lambda e: e["step"], terms, {}, "decode step, critical path (ms)")
+    stacked_bars(energy_ax, rows, lambda e: e["energy"], groups, {}, "energy per token (mJ/token)")
+    step_ax.set_ylabel("system @ context")
+    energy_ax.set_ylabel("system @ context")
+    return fig
+
+
 _NO_STAMP = {".png": {"Software": None}, ".svg": {"Date": None}, ".pdf": {"CreationDate": None}}  # same bytes each run
 
 
