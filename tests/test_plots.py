@@ -16,6 +16,8 @@ import pytest  # noqa: E402
 from archsim.system import report  # noqa: E402
 from archsim.system.decode import StepResult  # noqa: E402
 
+pytestmark = pytest.mark.unit
+
 CONTEXTS = (4096, 32768, 131072)
 REASON = "KV 80.0 GiB needs 10.0 GiB per GPU, 3.1 GiB of HBM left after the weights"
 

@@ -19,6 +19,8 @@ from archsim.cli import main
 from archsim.report.html import plot_boxes
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.system
+
 STATS = str(REPO / "tests" / "data" / "report_stats.json")
 
 

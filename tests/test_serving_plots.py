@@ -20,6 +20,8 @@ from archsim.serving.run import SystemRun, result_entry, run_system  # noqa: E40
 from archsim.serving.scenario import load_scenario  # noqa: E402
 from archsim.system.config import load_system_config  # noqa: E402
 
+pytestmark = pytest.mark.component
+
 SYSTEMS = ("gpu-hbm", "host-dram")
 
 

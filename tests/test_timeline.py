@@ -18,6 +18,8 @@ from archsim.trace.text_formats import read_trace
 from tests.conftest import REPO
 from tests.timeline_check import slices_overlap, validate
 
+pytestmark = pytest.mark.system
+
 TRACE = str(REPO / "traces" / "stream_hbm2.trace")
 MEMORY = str(REPO / "configs" / "memory" / "hbm2.yaml")
 
