@@ -166,7 +166,7 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     outputs = OutputPlan(inputs=[trace, memory_path])
     outputs.add(json_path, "--json")
     outputs.add(timeline_path, "--timeline")
-    window = parse_window(timeline_window, timeline_requests)
+    window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
     physical = read_trace(trace, fmt, sort=sort)
     if physical.header.get("sorted_requests"):

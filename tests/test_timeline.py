@@ -145,6 +145,13 @@ def test_a_bad_window_is_one_line_and_exit_2(tmp_path, window):
     assert not out.exists()
 
 
+def test_a_window_without_a_timeline_is_refused(tmp_path):
+    result = CliRunner().invoke(main, ["replay", TRACE, "--memory", MEMORY, "--quiet", "--timeline-requests", "5"])
+    assert result.exit_code == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--timeline-requests" in lines[0] and "--timeline OUT.json" in lines[0]
+
+
 def test_a_window_parses_with_units():
     w = tl.parse_window("1.5us:2ms", 10)
     assert (w.start_ns, w.end_ns, w.requests) == (1500.0, 2e6, 10)

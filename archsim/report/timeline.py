@@ -54,10 +54,15 @@ class Window:
                 "requests": self.requests}
 
 
-def parse_window(text: str | None, requests: int | None = None, where: str = "--timeline-window") -> Window:
-    """`START:END` with units (`10us:2ms`, `:50us`, `1ms:`); None: the whole run."""
+def parse_window(text: str | None, requests: int | None = None, where: str = "--timeline-window",
+                 timeline: str | None = "") -> Window:
+    """`START:END` with units (`10us:2ms`, `:50us`, `1ms:`); None: the whole run. `timeline` is the command's
+    --timeline path: a window or request bound without it is refused (it would bound nothing)."""
     from archsim.units import parse_time_ns
 
+    if timeline is None and (text is not None or requests is not None):
+        option = where if text is not None else "--timeline-requests"
+        raise ConfigError("bounds a timeline: give --timeline OUT.json too", where=option)
     if requests is not None and requests < 1:
         raise ConfigError(f"must be at least 1, got {requests}", where="--timeline-requests")
     if text is None:

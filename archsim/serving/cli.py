@@ -126,7 +126,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.add(plot_path, "--plot", kind="plot")
     outputs.add(requests_path, "--requests-out")
     outputs.add(timeline_path, "--timeline")
-    window = parse_window(timeline_window, timeline_requests)
+    window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     requests_for = _requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
     runs, entries = [], []
     for config in configs:
