@@ -56,6 +56,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "gpu": ("archsim.gpu.cli", "gpu", "The calibrated GPU kernel model (see docs/gpu.md)."),
     "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
     "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
+    "report": ("archsim.report.cli", "report",
+               "One self-contained HTML page of the plots of archsim JSON outputs (inline SVG)."),
     "serve": ("archsim.serving.cli", "serve",
               "Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."),
     "simulate": ("archsim.system.cli", "simulate",
@@ -143,8 +145,14 @@ def main() -> None:
 @click.option("--check", is_flag=True, help="Also verify the issued command log with the protocol checker.")
 @click.option("--reproducible", is_flag=True, help="Zero the host-timing stats so the JSON is byte-identical.")
 @click.option("--quiet", is_flag=True, help="No summary table.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
+              help="Write the DRAM commands per bank, queue and bandwidth counters as a Chrome trace (Perfetto).")
+@click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:20us).")
+@click.option("--timeline-requests", type=int, metavar="N",
+              help="Timeline up to the completion of the first N requests.")
 def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], sort: bool,
-           wrap: bool, check: bool, reproducible: bool, quiet: bool) -> None:
+           wrap: bool, check: bool, reproducible: bool, quiet: bool, timeline_path: str | None,
+           timeline_window: str | None, timeline_requests: int | None) -> None:
     """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats."""
     from archsim.config.memory import load_memory_config
     from archsim.memory import Requests, check_addresses
@@ -152,10 +160,13 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     from archsim.outputs import OutputPlan
     from archsim.report.memory_stats import memory_stats
     from archsim.report.output import memory_summary_rows, table, write_json
+    from archsim.report.timeline import parse_window
     from archsim.trace.text_formats import read_trace
 
     outputs = OutputPlan(inputs=[trace, memory_path])
     outputs.add(json_path, "--json")
+    outputs.add(timeline_path, "--timeline")
+    window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
     physical = read_trace(trace, fmt, sort=sort)
     if physical.header.get("sorted_requests"):
@@ -164,7 +175,7 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     address = check_addresses(cfg, physical.address, wrap, trace)
     requests = Requests.build(physical.timestamp_cycles, address, physical.is_write, physical.source)
     try:
-        result = run_replay(cfg, requests, command_log=check, progress=not quiet)
+        result = run_replay(cfg, requests, command_log=check or timeline_path is not None, progress=not quiet)
     except ArchsimError as exc:
         exc.file = exc.file or trace
         raise ArchsimError(exc.detail, file=exc.file, where=exc.where) from None
@@ -177,6 +188,11 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
                                     refresh_mode=cfg.controller.refresh)
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
+    if timeline_path is not None:
+        from archsim.report.timeline import replay_timeline
+
+        timeline = replay_timeline(result, window, source=trace)
+        outputs.write(timeline_path, timeline.write)
     outputs.commit()
     if not quiet:
         click.echo(table(memory_summary_rows(stats), title=f"archsim replay: {trace} on {memory_path}"))

@@ -23,7 +23,7 @@ from tests.conftest import DRAMSIM3_INI, REPO
 pytestmark = pytest.mark.system
 
 KERNELS = REPO / "isa" / "kernels"
-OUTPUT_PARAMS = {"output", "json_path", "plot_path", "requests_path"}  # the parameter names of file outputs
+OUTPUT_PARAMS = {"output", "json_path", "plot_path", "requests_path", "timeline_path"}  # file outputs' parameters
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
@@ -45,6 +45,7 @@ def _inputs(tmp: Path) -> None:
     shutil.copy(REPO / "configs" / "memory" / "hbm2.yaml", tmp / "hbm2.yaml")
     shutil.copy(REPO / "traces" / "tiny-llama_chat.npz", tmp / "logical.npz")
     shutil.copy(DRAMSIM3_INI, tmp / "hbm2.ini")
+    shutil.copy(REPO / "tests" / "data" / "report_stats.json", tmp / "stats.json")
     (tmp / "t.trace").write_text("".join(f"{64 * i:#x} READ {2 * i}\n" for i in range(50)))
     result = CliRunner().invoke(main, ["isa", "asm", str(tmp / "k.s"), "-o", str(tmp / "k.bin")])
     assert result.exit_code == 0, result.output
@@ -62,6 +63,10 @@ SMALL_SERVE = ["gpu-hbm", "--scenario", "multiturn", "--requests", "5", "--quiet
 COMMANDS = [
     Command("replay --json", lambda t, o: ["replay", str(t / "t.trace"), "--memory", str(t / "hbm2.yaml"),
                                            "--quiet", "--json", o], "t.trace", ".json"),
+    Command("replay --timeline", lambda t, o: ["replay", str(t / "t.trace"), "--memory", str(t / "hbm2.yaml"),
+                                               "--quiet", "--timeline", o], "t.trace", ".json"),
+    Command("serve --timeline", lambda t, o: ["serve", *SMALL_SERVE, "--timeline", o], None, ".json"),
+    Command("report -o", lambda t, o: ["report", str(t / "stats.json"), "-o", o], "stats.json", ".html"),
     Command("compare --json", lambda t, o: ["compare", *SMALL_SYSTEM, "--json", o], None, ".json"),
     Command("compare --plot", lambda t, o: ["compare", *SMALL_SYSTEM, "--plot", o], None, ".png"),
     Command("simulate --json", lambda t, o: ["simulate", *SMALL_SYSTEM, "--json", o], None, ".json"),

@@ -76,6 +76,10 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.qos.bank_conflicts.<newcomer>_vs_<opener>": ("requests", "requests that found their bank open on another "
                                                                      "row opened for the given port"),
     "memory.qos.arbiter": ("-", "the port arbiter (shared, priority, wrr, reservation)"),
+    "memory.banks.row_misses": ("requests", "row_misses per bank: a list per pseudo-channel (flat index, as "
+                                            "the command log's) of one count per bank in the pseudo-channel"),
+    "memory.banks.row_conflicts": ("requests", "row_conflicts per bank, laid out as memory.banks.row_misses"),
+    "memory.banks.bank_conflicts": ("requests", "bank_conflicts per bank, laid out as memory.banks.row_misses"),
     "memory.channels.<channel>.requests": ("requests", "requests mapped to this channel (all its pseudo-channels)"),
     "memory.channels.<channel>.bandwidth_GBps": ("GB/s", "this channel's DRAM data bytes / sim.time_ns"),
     "memory.channels.<channel>.row_hit_rate": ("fraction", "row-hit rate of this channel's requests"),
@@ -188,6 +192,7 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "forwarded": int((klass == 3).sum()),
             "bank_conflicts": int(result.bank_conflict.sum()),
             "commands": {name: int(counts[code]) for code, name in enumerate(COMMAND_NAMES)},
+            "banks": per_bank_counts(result),
             "channels": channels,
             "sources": sources,
             "qos": {
@@ -199,6 +204,25 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             },
         },
     }
+
+
+def per_bank_counts(result: ReplayResult) -> dict[str, list[list[int]]]:
+    """Row misses, row conflicts and bank conflicts per [pseudo-channel][bank] (the bank within its
+    pseudo-channel), from the requests' classes and their decoded addresses. Their sums are the totals; the row
+    openings (misses + conflicts) are fewer than the ACT commands when a refresh or a row policy closes a row a
+    request had opened and it must be opened again."""
+    org = result.config.organization
+    bank = result.config.mapping.decode(result.requests.address).bank_in_pseudo_channel(org)
+    bpp = org.banks_per_pseudo_channel
+    key = result.pseudo_channel.astype(np.int64) * bpp + bank
+    size = org.n_pseudo_channels * bpp
+
+    def grid(selected: np.ndarray) -> list[list[int]]:
+        return np.bincount(key[selected], minlength=size).reshape(-1, bpp).tolist()
+
+    klass = result.request_class
+    return {"row_misses": grid(klass == 1), "row_conflicts": grid(klass == 2),
+            "bank_conflicts": grid(result.bank_conflict.astype(bool))}
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -70,31 +70,6 @@ def _requests_source(scenario: Any, n_requests: int | None, duration_ns: float |
     return requests_for
 
 
-def plot(entries: Sequence[dict], path: Path, title: str) -> None:
-    """Mean and p99 TTFT and TPOT per system (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = [e for e in entries if e["status"] == "ok"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, key, label in ((axes[0], "ttft_ms", "TTFT (ms)"), (axes[1], "tpot_ms", "TPOT (ms)")):
-        names = [e["system"] for e in ok]
-        for offset, stat in ((-0.2, "mean"), (0.2, "p99")):
-            values = [(e[key] or {}).get(stat) or 0.0 for e in ok]
-            ax.bar([i + offset for i in range(len(ok))], values, width=0.4, label=stat)
-        ax.set_xticks(range(len(ok)), names, rotation=30, ha="right", fontsize=8)
-        ax.set_yscale("log")
-        ax.set_ylabel(label)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format="png", metadata={"Software": None})
-    plt.close(fig)
-
-
 @click.command("serve")
 @click.argument("systems", nargs=-1, required=True)
 @click.option("--scenario", "scenario_path", required=True,
@@ -108,18 +83,26 @@ def plot(entries: Sequence[dict], path: Path, title: str) -> None:
               help="Override a scenario (scenario.arrivals.rate_per_s=2) or system (system.serving.router=prefix) "
                    "key; repeatable.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.serving/1 tree here.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a TTFT/TPOT plot (PNG).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write the TTFT/TPOT CDFs, request-time and energy breakdowns (PNG, SVG, PDF).")
 @click.option("--requests-out", "requests_path", type=click.Path(dir_okay=False),
               help="Write one JSON line per request and system (arrival, TTFT, TPOT, E2E, hits).")
 @click.option("--quiet", is_flag=True, help="No table.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
+              help="Write each request's life (queued, KV load, prefill, decode) per system as a Chrome trace.")
+@click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:10s).")
+@click.option("--timeline-requests", type=int, metavar="N", help="Only the first N requests in the timeline.")
 def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, duration: str | None, seed: int,
           warmup_requests: int, overrides: Sequence[str], json_path: str | None, plot_path: str | None,
-          requests_path: str | None, quiet: bool) -> None:
+          requests_path: str | None, quiet: bool, timeline_path: str | None, timeline_window: str | None,
+          timeline_requests: int | None) -> None:
     """Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."""
     from archsim.outputs import OutputPlan
     from archsim.progress import progress_bar
     from archsim.report.output import write_json
+    from archsim.report.timeline import parse_window, serving_timeline
     from archsim.resources import display_path
+    from archsim.serving.plots import plot
     from archsim.serving.run import SCHEMA, requests_lines, result_entry, run_system
     from archsim.serving.scenario import load_scenario
     from archsim.system.config import load_system_config
@@ -145,6 +128,8 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.add(json_path, "--json")
     outputs.add(plot_path, "--plot", kind="plot")
     outputs.add(requests_path, "--requests-out")
+    outputs.add(timeline_path, "--timeline")
+    window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     requests_for = _requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
     runs, entries = [], []
     with progress_bar(len(configs), "system", "serve", quiet) as bar:
@@ -163,8 +148,10 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
             "fabric_ttft_ratio": fabric_ratios(entries), "results": entries}
     title = f"archsim serve: scenario {scenario.name} ({scenario.model}), seed {seed}"
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
-    outputs.write(plot_path, lambda tmp: plot(entries, tmp, title))
+    outputs.write(plot_path, lambda tmp: plot(runs, entries, tmp, title, warmup_requests))
     outputs.write(requests_path, lambda tmp: _write_lines(tmp, [line for run in runs for line in requests_lines(run)]))
+    if timeline_path is not None:
+        outputs.write(timeline_path, serving_timeline(runs, window, source=scenario.name).write)
     outputs.commit()
     if not quiet:
         click.echo(render_table(entries, title))

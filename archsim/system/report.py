@@ -142,35 +142,143 @@ def render_table(results: Sequence[StepResult], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def plot(results: Sequence[StepResult], path: str | Path, title: str = "") -> None:
-    """Decode-step latency and energy per token against context, one line per system (log scales)."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+LINE_STYLES = ("-", "--", "-.", ":")
+ALL_INFEASIBLE = "every point is infeasible: nothing to plot (each reason beside its hollow marker on the latency axes)"
+
+
+def system_style(index: int) -> tuple[str, str]:
+    """(marker, line style) of the index-th system: 32 distinct pairs, so overlapping lines stay apart."""
+    return MARKERS[index % len(MARKERS)], LINE_STYLES[(index + index // len(MARKERS)) % len(LINE_STYLES)]
+
+
+def context_axis(ax: Any, contexts: Sequence[int]) -> None:
+    """A log-2 context axis ticked at the contexts run, labelled 4K/32K/128K rather than 2^12/2^15/2^17."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    ticks = sorted(set(contexts))
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FixedFormatter([_tokens(c) for c in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlim(ticks[0] / 1.6, ticks[-1] * 1.6)  # room for the end points' markers
+    ax.set_xlabel("context (tokens per sequence)")
+
+
+def _wrap(text: str, width: int = 34) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def _mark_infeasible(ax: Any, points: Sequence[tuple[int, str, str, str, int]], annotate: bool) -> None:
+    """Infeasible points as hollow markers in a strip at the bottom of the axes (they have no y value), each
+    annotated with its system and reason on the latency axes."""
+    right = max((p[0] for p in points), default=0)
+    for ctx, name, reason, color, index in points:
+        marker, _ = system_style(index)
+        level = 0.05 + 0.09 * [p[1] for p in points if p[0] == ctx].index(name)
+        ax.plot([ctx], [level], transform=ax.get_xaxis_transform(), marker=marker, markersize=8,
+                markerfacecolor="white", markeredgecolor=color, markeredgewidth=1.8, linestyle="none",
+                gid=f"infeasible:{name}:{ctx}")
+        if annotate:
+            end = ctx == right  # the rightmost context's text runs leftwards, inside the axes
+            ax.annotate(_wrap(f"{name} infeasible: {reason}"), xy=(ctx, level), xycoords=ax.get_xaxis_transform(),
+                        xytext=(-8 if end else 8, 0), textcoords="offset points", fontsize=6.5, color=color,
+                        ha="right" if end else "left", va="center")
+
+
+def comparison_figure(results: Sequence[StepResult], title: str = "") -> Any:
+    """Decode-step latency and energy per token against context, one (colour, marker, line style) per system;
+    infeasible points marked and named; the legend outside the axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter
+
+    systems = list(dict.fromkeys(r.system for r in results))
+    colors = plt.get_cmap("tab10").colors
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
+    handles, infeasible = [], []
+    for i, name in enumerate(systems):
+        color, (marker, style) = colors[i % len(colors)], system_style(i)
+        pts = [r for r in results if r.system == name and r.ok]
+        for ax, value in zip(axes, (lambda r: r.decode_step_ns / 1e6, lambda r: r.energy_pJ_per_token / 1e9),
+                             strict=True):
+            if pts:
+                ax.plot([r.context for r in pts], [value(r) for r in pts], color=color, marker=marker,
+                        linestyle=style, markersize=7, label=name)
+        infeasible += [(r.context, name, r.status.removeprefix("infeasible: "), color, i)
+                       for r in results if r.system == name and not r.ok]
+        handles.append(Line2D([], [], color=color, marker=marker, linestyle=style, label=name))
+    if infeasible:
+        handles.append(Line2D([], [], color="0.3", marker="o", markerfacecolor="white", linestyle="none",
+                              label="infeasible (hollow, at the bottom; reason beside it)"))
+    any_ok = any(r.ok for r in results)
+    for k, (ax, label) in enumerate(zip(axes, ("decode step latency (ms)", "energy per token (mJ/token)"),
+                                        strict=True)):
+        context_axis(ax, [r.context for r in results] or [4096])
+        ax.set_ylabel(label)
+        if any_ok:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))  # 20, not 2 x 10^1
+            ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+        else:
+            ax.set_yticks([])
+            ax.text(0.5, 0.55, _wrap(ALL_INFEASIBLE, 40), transform=ax.transAxes, ha="center", va="center",
+                    fontsize=11, color="firebrick", gid="all-infeasible")
+        ax.grid(True, which="both", alpha=0.3)
+        _mark_infeasible(ax, infeasible, annotate=k == 0)
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, title="system")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def breakdown_figure(results: Sequence[dict[str, Any]]) -> Any:
+    """Per (system, context) of an archsim.system tree's `results`: the decode step's critical-path terms
+    stacked (ms; they sum to decode_step_ns) and the energy per token stacked by component family (mJ/token);
+    an infeasible point is named with its reason where its bars would be."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    systems = list(dict.fromkeys(r.system for r in results))
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in systems:
-        pts = [r for r in results if r.system == name and r.ok]
-        if not pts:
-            continue
-        ctx = [r.context for r in pts]
-        axes[0].plot(ctx, [r.decode_step_ns / 1e6 for r in pts], marker="o", label=name)
-        axes[1].plot(ctx, [r.energy_pJ_per_token / 1e9 for r in pts], marker="o", label=name)
-    for ax, label in zip(axes, ("decode step latency (ms)", "energy per token (mJ)"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+    from archsim.serving.plots import energy_groups, stacked_bars
+
+    rows = [{"system": f"{r['system']} @ {_tokens(int(r['context']))}", "status": r["status"],
+             "step": {k: v / 1e6 for k, v in ((r.get("breakdown_ns") or {}).get("critical") or {}).items()},
+             "energy": {k: v / 1e9 for k, v in energy_groups(r.get("energy_breakdown_pJ_per_token") or {}).items()}}
+            for r in results]
+    terms = list(dict.fromkeys(k for row in rows for k in row["step"]))
+    groups = sorted({k for row in rows for k in row["energy"]})
+    fig, (step_ax, energy_ax) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.45 * max(len(rows), 2)), layout="constrained")
+    stacked_bars(step_ax, rows, lambda e: e["step"], terms, {}, "decode step, critical path (ms)")
+    stacked_bars(energy_ax, rows, lambda e: e["energy"], groups, {}, "energy per token (mJ/token)")
+    step_ax.set_ylabel("system @ context")
+    energy_ax.set_ylabel("system @ context")
+    return fig
+
+
+_NO_STAMP = {".png": {"Software": None}, ".svg": {"Date": None}, ".pdf": {"CreationDate": None}}  # same bytes each run
+
+
+def save_figure(fig: Any, path: str | Path) -> None:
+    """Save and close `fig`; atomic: a reader sees the old plot or the new one."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp{target.suffix}")
-    fig.savefig(tmp, dpi=120, metadata={"Software": None})
+    with matplotlib.rc_context({"svg.hashsalt": "archsim"}):  # SVG ids from a fixed salt, not a random one
+        fig.savefig(tmp, dpi=120, metadata=_NO_STAMP.get(target.suffix.lower()))
     plt.close(fig)
-    tmp.replace(target)  # atomic: a reader sees the old plot or the new one
+    tmp.replace(target)
+
+
+def plot(results: Sequence[StepResult], path: str | Path, title: str = "") -> None:
+    """The comparison figure (see `comparison_figure`) written to `path`."""
+    save_figure(comparison_figure(results, title), path)
