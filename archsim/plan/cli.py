@@ -41,7 +41,11 @@ def _fmt(v: float | None, scale: float = 1e3) -> str:
 def plan_command(systems: Sequence[str], workload_path: str, objective: str, candidates: str | None,
                  contexts: str | None, batch: int | None, validate: bool, grid_spec: str | None,
                  json_path: str | None, quiet: bool) -> None:
-    """Where attention should run and where the KV should live: ranked candidates, predicted and simulated."""
+    """Where attention runs and where the KV lives: the closed-form planner, checked against simulation.
+
+    Ranks the candidates each system declares (its KV tiers, attention on the GPUs or in the pool's PNM units)
+    by the planner's prediction and shows each one's simulated cost (simulate_step); --validate scores the
+    planner's choice over a grid (docs/planner.md)."""
     from archsim.outputs import OutputPlan
     from archsim.plan.inputs import check_candidates
     from archsim.plan.validate import Evaluator, parse_grid
