@@ -111,7 +111,7 @@ def plan_inputs(system: SystemConfig, workload: Workload) -> PlanInputs:
                          gpu_fetch=system.gpu_fetch)
         cands.append(base)
         if pool is not None and pool.pnm_clock_GHz > 0:
-            cands.append(replace(base, name=f"{tier.name}/pnm", attention="pnm"))
+            cands.append(replace(base, name=f"{tier.name}/pnm", attention="pnm", sub_batches=system.sub_batches))
     return PlanInputs(system.name, system.file, m, gpu, tuple(cands), system.energy)
 
 

@@ -339,7 +339,9 @@ def predict(inp: PlanInputs, cand: Candidate, context: int, batch: int) -> Predi
         t_q = path.latency_ns + (q_bytes + append) / n / path.query_share_GBps
         t_o = path.latency_ns + o_bytes / n / path.fetch_share_GBps
         t_attn = t_q + t_pnm + t_o
-        t_layer = _overlapped_layer(t_w, t_attn, cand.sub_batches)
+        t_layer = t_w + t_attn
+        if cand.sub_batches > 1:
+            t_layer, exposed = _sub_batch_layer(inp, cand, context, batch, stretch)
         terms.update({"link_queries": L * t_q, "pnm": L * t_pnm, "link_outputs": L * t_o})
         moved = (q_bytes + append + o_bytes) * L
         pred.kv_split = (f"head-wise over {pool.channels} channels ({W} head contexts)" if splits == 1 else
@@ -352,17 +354,29 @@ def predict(inp: PlanInputs, cand: Candidate, context: int, batch: int) -> Predi
     pred.terms_ns = terms
     counts = _energy_counts(inp, cand, batch, step, step_kv, append * L, macs * L, q_bytes * L, o_bytes * L,
                             passes)
+    if cand.attention == "pnm" and cand.sub_batches > 1:  # every sub-batch streams the weights again
+        counts["gpu.hbm_bit"] += 8.0 * m.weight_bytes * m.instances * (cand.sub_batches - 1)
     pred.energy_pJ_per_token = sum(energy_breakdown(counts, inp.energy).values()) / seqs
     return pred
 
 
-def _overlapped_layer(t_gpu: float, t_attn: float, sub_batches: int) -> float:
-    """N sub-batches: the GPUs' work on one overlaps the PNM attention of another (pipeline fill and drain);
-    N = 1 is the serial layer."""
+def overlapped_layer(g: float, a: float, sub_batches: int) -> tuple[float, float]:
+    """N sub-batches, each with GPU work g and PNM attention a per layer: the GPUs run one sub-batch while the
+    PNM units run another's attention, so a layer takes max(N g, N a, g + a) (each resource's load, or one
+    sub-batch's own chain), plus min(g, a) once per step to fill and drain the pipeline. N = 1: g + a."""
     if sub_batches <= 1:
-        return t_gpu + t_attn
-    g, a = t_gpu / sub_batches, t_attn / sub_batches
-    return g + a + (sub_batches - 1) * max(g, a)
+        return g + a, 0.0
+    return max(sub_batches * g, sub_batches * a, g + a), min(g, a)
+
+
+def _sub_batch_layer(inp: PlanInputs, cand: Candidate, context: int, batch: int, stretch: float) -> tuple[float, float]:
+    """The PNM layer with `cand.sub_batches` sub-batches: one sub-batch's GPU work and attention, overlapped."""
+    sub_batch = -(-batch // cand.sub_batches)
+    one = predict(inp, replace(cand, sub_batches=1), context, sub_batch)
+    k, ar, _ = gpu_layer_ns(inp.model, inp.gpu, sub_batch, stretch, inp.gpu_table)
+    L = inp.model.layers
+    a = (one.terms_ns["link_queries"] + one.terms_ns["pnm"] + one.terms_ns["link_outputs"]) / L
+    return overlapped_layer(k + ar, a, cand.sub_batches)
 
 
 def _stretch(m: ModelGeometry, cand: Candidate, batch: int, fetch_bytes: float, query_bytes: float,
