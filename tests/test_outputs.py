@@ -66,6 +66,8 @@ COMMANDS = [
     Command("simulate --json", lambda t, o: ["simulate", *SMALL_SYSTEM, "--json", o], None, ".json"),
     Command("plan --json", lambda t, o: ["plan", *SMALL_SYSTEM[:3], "--contexts", "4K", "--quiet", "--json", o],
             None, ".json"),
+    Command("plan --plot", lambda t, o: ["plan", *SMALL_SYSTEM[:3], "--contexts", "4K", "--quiet", "--plot", o],
+            None, ".png"),
     Command("config import-dramsim3 -o", lambda t, o: ["config", "import-dramsim3", str(t / "hbm2.ini"), "-o", o],
             "hbm2.ini", ".yaml"),
     Command("trace convert -o", lambda t, o: ["trace", "convert", str(t / "logical.npz"), "--to", "native",

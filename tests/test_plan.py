@@ -169,6 +169,25 @@ def test_cli_validate_json(tmp_path):
     assert {p["link_scale"] for p in v["points"]} == {0.5, 2.0}
 
 
+def test_decision_maps(tmp_path):
+    """400 points per panel from predictions only, well inside the 30 s budget; the maps show both
+    placements and HBM losing at long contexts."""
+    from archsim.plan.maps import MAP_SIDE, decision_maps
+
+    ev = Evaluator([load_system_config("g15")], load_workload("llama3-70b-b16"))
+    t = time.perf_counter()
+    maps = decision_maps(ev, "step_latency")["g15"]
+    assert time.perf_counter() - t < 30
+    assert len(maps["contexts"]) == MAP_SIDE and len(maps["link_scales"]) == MAP_SIDE
+    cells = [w for row in maps["by_batch"] for w in row]
+    assert {"hbm/gpu", "pool/pnm"} <= set(cells)
+    assert maps["by_link"][0][-1] == "pool/pnm" and maps["by_batch"][0][0] == "hbm/gpu"
+    out = tmp_path / "m.png"
+    r = _run("plan", "g15", "--workload", "llama3-70b-b16", "--contexts", "4K", "--plot", str(out), "--quiet")
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_link_scale_changes_the_fetch():
     ev = Evaluator([load_system_config("g25")], load_workload("llama3-70b-b16"))
     slow = ev.simulate("g25", 0.5, "pool/gpu", 8192, 16).decode_step_ns

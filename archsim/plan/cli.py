@@ -37,10 +37,12 @@ def _fmt(v: float | None, scale: float = 1e3) -> str:
 @click.option("--validate", is_flag=True, help="Score the planner against simulate_step over a grid.")
 @click.option("--grid", "grid_spec", help="Validation grid: contexts=1K,8K;batches=1,16;links=0.5,1,2.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.plan/1 tree here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Decision maps (PNG): the planner's choice over context x batch and context x link bandwidth.")
 @click.option("--quiet", is_flag=True, help="No table.")
 def plan_command(systems: Sequence[str], workload_path: str, objective: str, candidates: str | None,
                  contexts: str | None, batch: int | None, validate: bool, grid_spec: str | None,
-                 json_path: str | None, quiet: bool) -> None:
+                 json_path: str | None, plot_path: str | None, quiet: bool) -> None:
     """Where attention runs and where the KV lives: the closed-form planner, checked against simulation.
 
     Ranks the candidates each system declares (its KV tiers, attention on the GPUs or in the pool's PNM units)
@@ -69,6 +71,7 @@ def plan_command(systems: Sequence[str], workload_path: str, objective: str, can
         check_candidates(ev.inputs(cfg.name, 1.0, batch or workload.batch), wanted or ())
     outputs = OutputPlan(inputs=_inputs(configs, workload))
     outputs.add(json_path, "--json")
+    outputs.add(plot_path, "--plot", kind="plot")
     tree: dict = {"schema": SCHEMA, "workload": workload.name, "model": workload.shape.name,
                   "objective": objective, "systems": names}
     if validate:
@@ -79,6 +82,12 @@ def plan_command(systems: Sequence[str], workload_path: str, objective: str, can
     else:
         tree["candidates"] = _ranked(ev, configs, workload, _contexts(contexts) or workload.contexts,
                                      batch or workload.batch, wanted, objective)
+    if plot_path:
+        from archsim.plan.maps import decision_maps, plot_maps
+
+        maps = decision_maps(ev, objective)
+        title = f"archsim plan: {workload.name} ({workload.shape.name}), objective {objective}"
+        outputs.write(plot_path, lambda tmp: plot_maps(maps, tmp, title))
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
     outputs.commit()
     if not quiet:
