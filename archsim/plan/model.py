@@ -327,7 +327,8 @@ def predict(inp: PlanInputs, cand: Candidate, context: int, batch: int) -> Predi
             exposed = path.latency_ns
         else:
             t_layer = t_w + t_fetch + t_read
-        terms.update({"kv_fetch": L * t_fetch, "gpu_attention": L * t_read, "exposed_latency": exposed})
+        # as the step model's breakdown: a prefetched fetch's latency is exposed once per step, not per layer
+        terms.update({"kv_fetch": L * (t_fetch - exposed), "gpu_attention": L * t_read, "exposed_latency": exposed})
         moved = (layer_kv + append) * L
         pred.kv_split = f"head-wise: each of {n} GPUs fetches its heads' KV"
     else:
