@@ -55,6 +55,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
                 "Several systems side by side on one workload: a table, JSON and a plot per system and context."),
     "gpu": ("archsim.gpu.cli", "gpu", "The calibrated GPU kernel model (see docs/gpu.md)."),
     "isa": ("archsim.isa.cli", "isa", "Assemble and disassemble PNM programs (the ISA is isa/opcodes.yaml)."),
+    "plan": ("archsim.plan.cli", "plan_command",
+             "Where attention runs and where the KV lives: the closed-form planner, checked against simulation."),
     "pnm": ("archsim.pnm.cli", "pnm", "Timed runs of PNM kernels on the simulated memory (see docs/pnm.md)."),
     "report": ("archsim.report.cli", "report",
                "One self-contained HTML page of the plots of archsim JSON outputs (inline SVG)."),

@@ -18,7 +18,7 @@ File layout (top-level key `system`; docs/systems.md describes every key and cit
         host_fetch_interleave: 256B
         l2: {...}                                    # optional, archsim.cache.parse_l2 keys
         pnm: {model: auto, clock: 1GHz, macs_per_cycle: 256, exp_per_cycle: 8, sram: 512KiB, tile_tokens: 64}
-      schedule: {gpu_fetch: prefetch}
+      schedule: {gpu_fetch: prefetch, sub_batches: 1}   # sub_batches N > 1: GPU work and PNM attention overlap
       sampling: {layers: once, channels: once, window_requests: 65536, pnm_sample_tokens: [1024, 4096]}
       qos: {...}                                     # optional, archsim.system.qos.parse_qos keys
       energy: default
@@ -156,6 +156,7 @@ class SystemConfig:
     kv_tiers: tuple[KvTier, ...] = ()  # fastest first, tier 0 the GPUs' HBM (kv.tiers, or kv.location's)
     kv_decode: str = "load"  # serving: load a remote prefix into HBM once, or stream the KV every step
     serving: ServingConfig | None = None
+    sub_batches: int = 1  # schedule.sub_batches: PNM attention of one sub-batch under the GPUs' work on another
 
     def gpu_endpoints(self, n: int) -> list[str]:
         """The first `n` GPU endpoints of the topology group (checked at load time)."""
@@ -208,6 +209,7 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     pool = _parse_pool(root.sub("pool"), file) if root.has("pool") else None
     schedule = root.sub("schedule", {})
     gpu_fetch = schedule.choice("gpu_fetch", GPU_FETCH_MODES, "prefetch")
+    sub_batches = schedule.int("sub_batches", 1, minimum=1)
     schedule.done()
     sampling = _parse_sampling(root.sub("sampling", {}))
     qos = parse_qos(root.sub("qos")) if root.has("qos") else None
@@ -239,7 +241,8 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
         if t.endpoint is not None and topology is not None and t.endpoint not in topology.endpoints:
             raise root.error(f"kv.tiers[{i}].endpoint", f"the interconnect has no endpoint {t.endpoint!r}")
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
-                        gpu_fetch, sampling, qos, energy, file, device, tiers, kv_decode, serving)
+                        gpu_fetch, sampling, qos, energy, file, device, tiers, kv_decode, serving,
+                        sub_batches=sub_batches)
 
 
 def _over_ethernet(topology: Topology, endpoint: str) -> bool:

@@ -219,6 +219,9 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
             peak_pool = pool.channels * dram.peak_bandwidth_GBps_per_channel
             analytic_layer = (t_weights + 2 * traffic.route_latency_ns
                               + max(geo.layer_bytes * pnm.sram.passes / peak_pool, pnm.compute_ns))
+            if system.sub_batches > 1:
+                sub = _sub_batch_pipeline(system, workload, context, names, instances, stretch, peak_pool)
+                t_layer, exposed, analytic_layer = sub.cycle_ns, sub.fill_ns, sub.analytic_cycle_ns
         else:
             traffic = fetch_traffic(system.topology, names, system.kv_endpoint, geo)
             t_link = traffic.time_ns[0]
@@ -241,6 +244,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
     step = L * t_layer + t_epilogue + exposed
     result.decode_step_ns = step
     result.attention_ns = L * t_attn
+    pipelined = system.attention == "pnm" and system.sub_batches > 1
     # gpu_weights: the non-attention kernels (weights streamed from HBM); allreduce: the layer's two collectives
     gpu_terms = {"gpu_weights": L * t_kernels, "allreduce": L * t_allreduce}
     critical: dict[str, float] = dict(gpu_terms)
@@ -251,6 +255,9 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
         assert dram is not None
         overlapped["pool_dram"] = L * dram.time_ns  # the PNM's loads: inside its time
         result.pool_side_ns = L * t_attn
+        if pipelined:  # the sub-batches' GPU work and attention overlap: the pipeline's cycle is critical
+            overlapped.update({k: v for k, v in critical.items()})
+            critical = {"sub_batch_pipeline": L * t_layer, "pipeline_fill": exposed}
     elif traffic is not None:
         t_fetch = t_attn - t_read
         result.pool_side_ns = L * t_fetch
@@ -272,7 +279,7 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
         critical["gpu_attention"] = L * t_attn
     critical["epilogue"] = t_epilogue
     result.breakdown_ns = {"critical": critical, "overlapped": overlapped}
-    result.analytic_decode_step_ns = L * analytic_layer + t_epilogue
+    result.analytic_decode_step_ns = L * analytic_layer + t_epilogue + (exposed if pipelined else 0.0)
     if traffic is not None:
         result.link_bytes = {k: v * L for k, v in traffic.link_bytes().items()}
         result.gpu_link_bytes = sum(v for k, v in result.link_bytes.items()
@@ -289,10 +296,46 @@ def simulate_step(system: SystemConfig, workload: Workload, context: int) -> Ste
         result.sram_hit_rate, result.sram_reuse_factor = pnm.sram.hit_rate, pnm.sram.reuse_factor
     if qos is not None:
         result.qos = qos.as_dict()
+    if pipelined:  # every sub-batch streams the weights again
+        work = replace(work, weight_bytes=work.weight_bytes * system.sub_batches)
     energy = step_energy(system, workload, geo, work, instances, step, traffic, dram, pnm)
     result.energy_breakdown_pJ_per_token = {k: v / result.tokens for k, v in energy.items()}
     result.energy_pJ_per_token = sum(energy.values()) / result.tokens
     return result
+
+
+@dataclass(frozen=True)
+class SubBatchPipeline:
+    cycle_ns: float  # one layer in steady state: max(N x GPU work, N x attention, one sub-batch's GPU + attention)
+    fill_ns: float  # once per step: the first sub-batch's attention before the GPUs overlap, or the last's work
+    analytic_cycle_ns: float
+
+
+def _sub_batch_pipeline(system: SystemConfig, workload: Workload, context: int, names: list[str], instances: int,
+                        stretch: float, peak_pool: float) -> SubBatchPipeline:
+    """`schedule.sub_batches` N > 1 (AttAcc / NeuPIMs interleaving): the batch splits into N sub-batches; the GPUs
+    run one sub-batch's projections and FFN (weights streamed again each time) while the PNM units run another's
+    attention. Each resource carries N sub-batches per layer and each sub-batch needs its GPU work then its
+    attention, so a layer takes max(N g, N a, g + a); the pipeline fills and drains once per step (min(g, a))."""
+    pool = system.pool
+    assert pool is not None and pool.pnm is not None and system.topology is not None
+    assert system.kv_endpoint is not None
+    n = system.sub_batches
+    sub_batch = -(-workload.batch // n)
+    geo = kv_geometry(workload.shape, workload.dtype, sub_batch * instances, context)
+    work = gpu_work(workload.shape, workload.dtype, sub_batch, workload.element_bytes)
+    gpu_time = gpu_layer_time(workload.shape, workload.dtype, sub_batch, sub_batch, workload.tensor_parallel,
+                              system.gpus, work, allreduce_stretch=stretch)
+    g = gpu_time.kernels_ns + gpu_time.allreduce_ns
+    traffic = pnm_traffic(system.topology, names, system.kv_endpoint, geo)
+    dram = _pool_dram(system, geo, "pnm", None)
+    pnm = pool_attention_time(geo, channel_share(geo, pool.channels), pool.pnm, pool.memory, dram,
+                              kind="mla" if workload.shape.attention == "mla" else "gqa",
+                              sample_tokens=system.sampling.pnm_sample_tokens)
+    t_pool = pnm.time_ns * (_qos(system, geo).slowdown["pnm"] if system.qos is not None else 1.0)
+    a = traffic.time_ns[0] + t_pool + traffic.time_ns[1]
+    a_analytic = 2 * traffic.route_latency_ns + max(geo.layer_bytes * pnm.sram.passes / peak_pool, pnm.compute_ns)
+    return SubBatchPipeline(max(n * g, n * a, g + a), min(g, a), max(n * g, n * a_analytic, g + a_analytic))
 
 
 def _allreduce_stretch(system: SystemConfig, geo: KvGeometry, gpus_used: int, tp: int, workload: Workload) -> float:

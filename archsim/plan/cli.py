@@ -1,0 +1,157 @@
+"""`archsim plan`: rank where attention runs and where the KV lives, predicted by the closed-form planner and
+simulated by the step model; `--validate` scores the planner over a grid (registered by archsim/cli.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import click
+
+from archsim.errors import ConfigError
+
+SCHEMA = "archsim.plan/1"
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not all(names):
+        raise ConfigError(f"an empty candidate name in {text!r} (give e.g. pool/pnm,hbm/gpu)", where="--candidates")
+    return names
+
+
+def _fmt(v: float | None, scale: float = 1e3) -> str:
+    return "-" if v is None else f"{v / scale:10.3f}"
+
+
+@click.command("plan")
+@click.argument("systems", nargs=-1, required=True)
+@click.option("--workload", "workload_path", required=True, help="Workload YAML or preset name.")
+@click.option("--objective", type=click.Choice(["step_latency", "energy_per_token"]), default="step_latency",
+              show_default=True, help="What to rank by: decode-step time per output token, or energy per token.")
+@click.option("--candidates", help="Comma-separated candidates to consider (e.g. pool/pnm,hbm/gpu; default all).")
+@click.option("--contexts", help="Comma-separated contexts (default: the workload's).")
+@click.option("--batch", type=click.IntRange(min=1), help="Sequences per model instance (default: the workload's).")
+@click.option("--validate", is_flag=True, help="Score the planner against simulate_step over a grid.")
+@click.option("--grid", "grid_spec", help="Validation grid: contexts=1K,8K;batches=1,16;links=0.5,1,2.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.plan/1 tree here.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Decision maps (PNG): the planner's choice over context x batch and context x link bandwidth.")
+@click.option("--quiet", is_flag=True, help="No table.")
+def plan_command(systems: Sequence[str], workload_path: str, objective: str, candidates: str | None,
+                 contexts: str | None, batch: int | None, validate: bool, grid_spec: str | None,
+                 json_path: str | None, plot_path: str | None, quiet: bool) -> None:
+    """Where attention runs and where the KV lives: the closed-form planner, checked against simulation.
+
+    Ranks the candidates each system declares (its KV tiers, attention on the GPUs or in the pool's PNM units)
+    by the planner's prediction and shows each one's simulated cost (simulate_step); --validate scores the
+    planner's choice over a grid (docs/planner.md)."""
+    from archsim.outputs import OutputPlan
+    from archsim.plan.inputs import check_candidates
+    from archsim.plan.validate import Evaluator, parse_grid
+    from archsim.plan.validate import validate as run_validation
+    from archsim.report.output import write_json
+    from archsim.system.cli import _contexts, _inputs
+    from archsim.system.config import load_system_config
+    from archsim.system.workload import load_workload
+
+    start = time.perf_counter()
+    configs = [load_system_config(s) for s in systems]
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    workload = load_workload(workload_path)
+    wanted = _names(candidates)
+    grid = parse_grid(grid_spec or "", workload) if validate or grid_spec else None
+    ev = Evaluator(configs, workload, objective)
+    for cfg in configs:
+        check_candidates(ev.inputs(cfg.name, 1.0, batch or workload.batch), wanted or ())
+    outputs = OutputPlan(inputs=_inputs(configs, workload))
+    outputs.add(json_path, "--json")
+    outputs.add(plot_path, "--plot", kind="plot")
+    tree: dict = {"schema": SCHEMA, "workload": workload.name, "model": workload.shape.name,
+                  "objective": objective, "systems": names}
+    if validate:
+        assert grid is not None
+        tree["grid"] = {"contexts": list(grid.contexts), "batches": list(grid.batches),
+                        "link_scales": list(grid.link_scales)}
+        tree["validation"] = run_validation(ev, grid, wanted)
+    else:
+        tree["candidates"] = _ranked(ev, configs, workload, _contexts(contexts) or workload.contexts,
+                                     batch or workload.batch, wanted, objective)
+    if plot_path:
+        from archsim.plan.maps import decision_maps, plot_maps
+
+        maps = decision_maps(ev, objective)
+        title = f"archsim plan: {workload.name} ({workload.shape.name}), objective {objective}"
+        outputs.write(plot_path, lambda tmp: plot_maps(maps, tmp, title))
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.commit()
+    if not quiet:
+        click.echo(_render(tree))
+    click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+
+
+def _ranked(ev, configs, workload, contexts, batch, wanted, objective) -> list[dict]:  # noqa: ANN001
+    from archsim.plan.model import objective_value, reason
+    from archsim.plan.validate import sim_cost
+
+    out = []
+    for cfg in configs:
+        for context in contexts:
+            preds = ev.predictions(cfg.name, 1.0, context, batch, wanted)
+            for rank, p in enumerate(preds, start=1):
+                sim = ev.simulate(cfg.name, 1.0, p.candidate, context, batch)
+                other = preds[1] if rank == 1 and len(preds) > 1 else preds[0] if rank > 1 else None
+                cost = sim_cost(sim, objective)
+                out.append({
+                    "system": cfg.name, "context": context, "batch": batch, "name": p.candidate,
+                    "attention": p.attention, "kv_tier": p.kv_tier, "rank": rank,
+                    "predicted": {"cost": _round(objective_value(p, objective)), "feasible": p.feasible,
+                                  **p.as_dict()},
+                    "simulated": {"cost": _round(cost), "status": sim.status,
+                                  "decode_step_ns": sim.decode_step_ns and round(sim.decode_step_ns, 3),
+                                  "energy_pJ_per_token": sim.energy_pJ_per_token
+                                  and round(sim.energy_pJ_per_token, 3)},
+                    "reason": reason(p, other, objective),
+                })
+    return out
+
+
+def _round(v: float) -> float | None:
+    import math
+
+    return round(float(v), 3) if math.isfinite(v) else None
+
+
+def _render(tree: dict) -> str:
+    unit = "pJ/token" if tree["objective"] == "energy_per_token" else "us/token"
+    lines = [f"archsim plan: workload {tree['workload']} ({tree['model']}), objective {tree['objective']}"]
+    if "validation" in tree:
+        v = tree["validation"]
+        lines.append(f"  feasible points {v['feasible_points']}, contested {v['contested_points']}")
+        lines.append(f"  agreement {_pct(v['agreement'])}, contested agreement {_pct(v['contested_agreement'])}, "
+                     f"mean regret {_pct(v['mean_regret'])}, max regret {_pct(v['max_regret'])}")
+        for p in v["disagreements"][:20]:
+            lines.append(f"    {p['system']} ctx {p['context']} batch {p['batch']} links x{p['link_scale']}: "
+                         f"planner {p['planner_choice']}, simulated best {p['simulated_best']}, "
+                         f"regret {_pct(p['regret'])}")
+        return "\n".join(lines)
+    lines.append(f"  {'system':8} {'context':>8} {'batch':>5} {'rank':>4} {'candidate':14} "
+                 f"{'predicted ' + unit:>20} {'simulated':>12}  reason")
+    for c in tree["candidates"]:
+        scale = 1.0 if tree["objective"] == "energy_per_token" else 1e3
+        lines.append(f"  {c['system']:8} {c['context']:>8} {c['batch']:>5} {c['rank']:>4} {c['name']:14} "
+                     f"{_fmt(c['predicted']['cost'], scale):>20} {_fmt(c['simulated']['cost'], scale):>12}  "
+                     f"{c['reason']}")
+    return "\n".join(lines)
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.1f} %"
+
+
+__all__ = ["plan_command"]
