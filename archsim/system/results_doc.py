@@ -15,8 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from archsim.resources import SOURCE_ROOT
-from archsim.serving.results_doc import fabric_rows, serving_reading
-from archsim.serving.results_doc import rows as serving_rows
 from archsim.system.config import SystemConfig, load_system_config
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.report import render_table, run_comparison
@@ -225,6 +223,10 @@ def _flow(tree: dict) -> str:
 
 
 def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequence[StepResult]) -> str:
+    # the serving layer sits above the system model: imported here, so `system` does not import `serving`
+    from archsim.serving.results_doc import fabric_rows, serving_reading
+    from archsim.serving.results_doc import rows as serving_rows
+
     contexts = workload.contexts
     lines = [
         "# Results: where each placement wins",
