@@ -9,6 +9,7 @@ File layout (top-level key `system`; docs/systems.md describes every key and cit
       gpus: {count: 8, peak_TFLOPS: 989.4, hbm_bandwidth: 3.35TB/s, hbm_capacity: 80GB,
              memory_utilization: 0.9, clock: 1.98GHz, endpoint: gpu}
       interconnect: {preset: cxl2_switch, set: {links.pool_link.count: 8}}   # or {inline: {...}} / {file: ...}
+                                                     # optional bandwidth_scale: every link's raw rate x this
       kv: {location: pool, endpoint: pool}           # pool | gpu | store (store: also `capacity`, `device`)
       attention: pnm                                 # pnm | gpu
       pool:
@@ -293,6 +294,9 @@ def _parse_interconnect(root: Section, file: str | None) -> Topology:
     sets = s.raw("set", {})
     if not isinstance(sets, dict):
         raise s.error("set", "expected a mapping of dotted.key: value")
+    scale = s.float("bandwidth_scale", 1.0)  # a what-if knob for sweeps: every link's raw rate x this
+    if scale <= 0:
+        raise s.error("bandwidth_scale", f"must be positive, got {scale:g}")
     if forms[0] == "inline":
         data = copy.deepcopy(s.raw("inline"))
         src_file, path = file, f"{where}.inline"
@@ -317,7 +321,12 @@ def _parse_interconnect(root: Section, file: str | None) -> Topology:
         except ConfigError as exc:
             raise ConfigError(exc.detail, file=file, where=f"{where}.set.{exc.where}") from None
         data = tree["interconnect"]
-    return Topology.from_mapping(data, path=path, file=src_file)
+    topology = Topology.from_mapping(data, path=path, file=src_file)
+    if scale == 1.0:
+        return topology
+    links = tuple(replace(link, bandwidth_GBps=link.bandwidth_GBps * scale,
+                          reverse_bandwidth_GBps=link.reverse_bandwidth_GBps * scale) for link in topology.links)
+    return Topology(topology.endpoints, topology.switches, links, topology.description, topology.file, topology.path)
 
 
 def _check_endpoints(topology: Topology, gpus: GpuConfig, kv_endpoint: str | None, root: Section) -> None:

@@ -1,0 +1,307 @@
+"""Running a sweep: the missing points on local worker processes or a Dask cluster, each kept in the store.
+
+Points run in-process through the command's own functions (archsim.sweep.commands). A worker imports archsim
+and loads the memory kernel from numba's cache once, in its initializer, not per point. The main process alone
+writes the store, one transaction per point as each result arrives, so killing it at any instant loses at most
+the points still in flight, which `--resume` computes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from archsim.errors import ArchsimError, ConfigError
+from archsim.sweep.spec import SweepSpec
+from archsim.sweep.store import Store, point_key
+
+ENTRY_ID = ("system", "context")
+TIMING_COLUMNS = ("wall_s", "host")
+
+
+class PointTimeoutError(Exception):
+    pass
+
+
+def warm_worker() -> None:
+    """Import archsim's system model and load the HBM3E memory kernel (the pool's) from numba's cache."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from archsim.config.memory import memory_config_from_preset
+    from archsim.memory import warm_up
+    from archsim.sweep.commands import commands
+
+    commands()
+    warm_up(memory_config_from_preset("HBM3E"))
+
+
+@contextlib.contextmanager
+def _deadline(timeout_s: float | None) -> Iterator[None]:
+    """Raise PointTimeoutError in the point after `timeout_s` (enforced where the point runs on a main thread:
+    local worker processes; a Dask worker's task threads cannot take a signal)."""
+    if not timeout_s or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise PointTimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
+              timeout_s: float | None) -> dict[str, Any]:
+    """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host."""
+    from archsim.sweep.commands import commands
+
+    start = time.perf_counter()
+    tree = None
+    try:
+        with _deadline(timeout_s):
+            tree = commands()[command_name].run(inputs, overrides)
+        entries = tree.get("results", [])
+        statuses = [e.get("status", "ok") for e in entries]
+        status = "ok" if any(s == "ok" for s in statuses) or not statuses else statuses[0]
+    except PointTimeoutError:
+        status = f"failed: timeout after {timeout_s:g} s"
+    except ConfigError as exc:  # a design the model cannot build (an SRAM below one tile, too few GPUs)
+        status = f"infeasible: {_one_line(exc)}"
+    except ArchsimError as exc:
+        status = f"failed: {_one_line(exc)}"
+    except Exception as exc:  # a bug at one point must not stop the sweep; the row says what happened
+        status = f"failed: internal error: {type(exc).__name__}: {_one_line(exc)}"
+    return {"status": status, "result": tree, "wall_s": round(time.perf_counter() - start, 3),
+            "host": socket.gethostname()}
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    index: int
+    point: dict[str, Any]
+    inputs: dict[str, Any]
+    overrides: list[str]
+    key: str
+
+
+def plan(spec: SweepSpec) -> list[PlannedPoint]:
+    """Every point of the spec with its store key (the same design twice is computed once)."""
+    out = []
+    for i, point in enumerate(spec.points()):
+        inputs, overrides = spec.point_inputs(point)
+        try:
+            resolved = spec.command.resolve(inputs, overrides)
+        except ConfigError:  # the override lands on no key of this input (checked per axis at load): infeasible
+            resolved = {"unresolved": inputs, "set": overrides}
+        out.append(PlannedPoint(i, point, inputs, overrides, point_key(spec.command.name, resolved)))
+    return out
+
+
+def _entries(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return (row.get("result") or {}).get("results", [])
+
+
+def flatten_entries(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every result entry flattened as <system>.<context>.<key> (nested keys dotted, lists as JSON)."""
+    import json
+
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}", v)
+        else:
+            out[prefix] = json.dumps(node) if isinstance(node, list) else node
+
+    for entry in entries:
+        prefix = ".".join(str(entry.get(k)) for k in ENTRY_ID if k in entry)
+        for key, value in entry.items():
+            if key not in ENTRY_ID:
+                walk(f"{prefix}.{key}", value)
+    return out
+
+
+def feasible(spec: SweepSpec, row: dict[str, Any]) -> bool:
+    return row["status"] == "ok" and all(c.holds(_entries(row)) for c in spec.constraints)
+
+
+def objective_values(spec: SweepSpec, row: dict[str, Any]) -> tuple[float, ...] | None:
+    if not spec.objectives or not feasible(spec, row):
+        return None
+    values = tuple(o.value(_entries(row)) for o in spec.objectives)
+    return None if any(v is None or math.isnan(v) for v in values) else values  # type: ignore[arg-type]
+
+
+def pareto(spec: SweepSpec, rows: list[dict[str, Any]]) -> list[int]:
+    """Indices of the rows no other feasible row dominates (every objective as good, one better)."""
+    signed = []
+    for i, row in enumerate(rows):
+        values = objective_values(spec, row)
+        if values is not None:
+            signed.append((i, tuple(v if o.goal == "minimize" else -v for v, o in zip(values, spec.objectives,
+                                                                                       strict=True))))
+    front = []
+    for i, a in signed:
+        if not any(all(x <= y for x, y in zip(b, a, strict=True)) and b != a for _, b in signed):
+            front.append(i)
+    return front
+
+
+def best_text(spec: SweepSpec, rows: list[dict[str, Any]]) -> str:
+    if not spec.objectives:
+        return ""
+    if len(spec.objectives) > 1:
+        return f"pareto {len(pareto(spec, rows))}"
+    objective = spec.objectives[0]
+    values = [v[0] for v in (objective_values(spec, r) for r in rows) if v is not None]
+    if not values:
+        return "best -"
+    best = min(values) if objective.goal == "minimize" else max(values)
+    return f"best {objective.key} {best:.6g}"
+
+
+def csv_text(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict[str, Any]]) -> str:
+    """points.csv: one row per point of the spec in its order: the axes, status, every flattened result entry
+    (columns in first-seen order), then the timing and host columns."""
+    records, seen = [], {}
+    for p in planned:
+        row = rows.get(p.key)
+        if row is None:
+            continue
+        flat = flatten_entries(_entries(row))
+        for k in flat:
+            seen.setdefault(k, None)
+        records.append((p, row, flat))
+    header = [*spec.axis_keys, "status", *seen, *TIMING_COLUMNS]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for p, row, flat in records:
+        writer.writerow([*(p.point[k] for k in spec.axis_keys), row["status"], *(flat.get(k, "") for k in seen),
+                         row["wall_s"], row["host"]])
+    return buf.getvalue()
+
+
+# -- executors ----------------------------------------------------------------------------------------------------
+
+
+
+def _local_executor(workers: int):  # noqa: ANN202 - a context manager over (submit, as_completed)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=warm_worker)
+    return pool, as_completed
+
+
+def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - distributed.Client
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError("needs Dask: pip install 'archsim[dse]'", where="--scheduler") from None
+    if scheduler.startswith("local:"):
+        text = scheduler.removeprefix("local:")
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"expected local:N with N >= 1 workers, got {scheduler!r}", where="--scheduler")
+        cluster = LocalCluster(n_workers=int(text), threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    elif scheduler.startswith("tcp://"):
+        try:
+            client = Client(scheduler, timeout=f"{connect_timeout_s}s")
+        except (OSError, TimeoutError) as exc:
+            raise ConfigError(f"no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s "
+                              f"({_one_line(exc) or type(exc).__name__})", where="--scheduler") from None
+    else:
+        raise ConfigError(f"expected tcp://HOST:PORT or local:N, got {scheduler!r}", where="--scheduler")
+    client.run(warm_worker)
+    return client
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
+              resume: bool = False, connect_timeout_s: float = 10.0, quiet: bool = False) -> dict[str, Any]:
+    """Compute the spec's missing points into the store in `out_dir`, then write points.csv (and pareto.csv
+    for several objectives). Returns counts."""
+    from archsim.outputs import OutputPlan
+    from archsim.progress import progress_bar
+
+    planned = plan(spec)
+    store = Store.open(out_dir, spec.identity(), resume, spec.file)
+    try:
+        done = store.keys()
+        todo = list({p.key: p for p in planned if p.key not in done}.values())
+        rows_so_far = list(store.rows().values())
+        bar = progress_bar(len(planned), "point", f"sweep {spec.name}", quiet=quiet)
+        bar.update(sum(1 for p in planned if p.key in done))
+        if todo:
+            _compute(spec, todo, store, bar, rows_so_far, workers, scheduler, connect_timeout_s)
+        bar.close()
+        rows = store.rows()
+    finally:
+        store.close()
+    outputs = OutputPlan()
+    text = csv_text(spec, planned, rows)
+    outputs.add(out_dir / "points.csv", "points.csv")
+    outputs.write(out_dir / "points.csv", lambda tmp: tmp.write_text(text))
+    ordered = [rows[p.key] for p in planned if p.key in rows]
+    if len(spec.objectives) > 1:
+        front = [planned[i] for i in pareto(spec, ordered)]
+        pareto_text = csv_text(spec, front, rows)
+        outputs.add(out_dir / "pareto.csv", "pareto.csv")
+        outputs.write(out_dir / "pareto.csv", lambda tmp: tmp.write_text(pareto_text))
+    outputs.commit()
+    statuses = [rows[p.key]["status"] for p in planned if p.key in rows]
+    return {"points": len(planned), "computed": len(todo), "ok": statuses.count("ok"),
+            "infeasible": sum(s.startswith("infeasible") for s in statuses),
+            "failed": sum(s.startswith("failed") for s in statuses), "best": best_text(spec, ordered)}
+
+
+def _compute(spec: SweepSpec, todo: list[PlannedPoint], store: Store, bar: Any, rows: list[dict[str, Any]],
+             workers: int, scheduler: str | None, connect_timeout_s: float) -> None:
+    def record(p: PlannedPoint, out: dict[str, Any]) -> None:
+        store.put(p.key, p.point, out["status"], out["result"], out["wall_s"], out["host"])
+        rows.append({"point": p.point, **out})
+        bar.update(1)
+        bar.set_postfix_str(best_text(spec, rows), refresh=False)
+
+    if scheduler is None:
+        pool, as_completed = _local_executor(workers)
+        with pool:
+            futures = {pool.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s): p
+                       for p in todo}
+            for future in as_completed(futures):
+                record(futures[future], future.result())
+        return
+    from distributed import as_completed as dask_completed
+
+    client = _dask_client(scheduler, connect_timeout_s)
+    try:
+        futures = {client.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s,
+                                 key=f"sweep-{p.key}", pure=False): p for p in todo}
+        for future in dask_completed(list(futures)):
+            record(futures[future], future.result())
+    finally:
+        cluster = getattr(client, "cluster", None)
+        client.close()
+        if cluster is not None:
+            cluster.close()
