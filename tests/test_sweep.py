@@ -1,0 +1,196 @@
+"""`archsim sweep`: the spec and its bad inputs, the store (resume, refusals, reuse), points.csv against the
+command's own results, and a sweep killed with SIGKILL at random instants then resumed."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from archsim.cli import main
+from archsim.sweep.spec import load_spec
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.system
+
+# gpu-hbm needs no DRAM replay: a point takes about 0.1 s
+SPEC = {"sweep": {
+    "name": "tiny", "command": "simulate",
+    "inputs": {"system": "gpu-hbm", "workload": "llama3-8b-b1", "set": ["workload.instances=1"]},
+    "axes": {"workload.batch": [1, 4], "contexts": ["4K", "16K"]},
+    "zip": [{"system.gpus.count": [1, 2], "workload.tensor_parallel": [1, 2]}],
+    "objectives": [{"key": "decode_step_ns", "goal": "minimize", "select": {"context": "4K"}}],
+}}
+
+
+def _write(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _spec(tmp: Path, edit=None, name: str = "spec.yaml") -> Path:
+    spec = json.loads(json.dumps(SPEC))
+    if edit:
+        edit(spec["sweep"])
+    return _write(tmp / name, spec)
+
+
+def _sweep(*args: str):
+    return CliRunner().invoke(main, ["sweep", *args, "--quiet"])
+
+
+def _error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("archsim: error: "), result.output
+    return lines[0]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return [{k: v for k, v in row.items() if k not in ("wall_s", "host")} for row in csv.DictReader(handle)]
+
+
+def _tree_digest(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+# -- the spec --------------------------------------------------------------------------------------------------
+
+def test_grid_is_the_product_of_axes_and_zipped_groups(tmp_path):
+    spec = load_spec(_spec(tmp_path))
+    points = spec.points()
+    assert spec.grid_size == 8 and len(points) == 8
+    assert points[0] == {"workload.batch": 1, "contexts": "4K", "system.gpus.count": 1, "workload.tensor_parallel": 1}
+    assert points[-1] == {"workload.batch": 4, "contexts": "16K", "system.gpus.count": 2,
+                          "workload.tensor_parallel": 2}
+    assert len({json.dumps(p, sort_keys=True) for p in points}) == 8
+
+
+def test_ranges_log_ranges_and_random_search(tmp_path):
+    def edit(s):
+        s["axes"] = {"workload.batch": {"log_range": [1, 64, 7]}, "workload.decode_steps": {"range": [1, 9, 4]}}
+        s["zip"] = []
+        s["search"] = {"method": "random", "count": 5, "seed": 7}
+    spec = load_spec(_spec(tmp_path, edit))
+    assert spec.axes[0].values == tuple((v,) for v in (1, 2, 4, 8, 16, 32, 64))
+    assert spec.axes[1].values == ((1,), (5,), (9,))
+    five = spec.points()
+    assert len(five) == 5 and len({json.dumps(p) for p in five}) == 5
+
+    def more(s):
+        edit(s)
+        s["search"]["count"] = 9
+    assert load_spec(_spec(tmp_path, more, "more.yaml")).points()[:5] == five  # a larger budget keeps every point
+
+
+@pytest.mark.parametrize(("edit", "where", "words"), [
+    (lambda s: s["axes"].update({"workload.batch": []}), "sweep.axes.workload.batch", "empty axis"),
+    (lambda s: s["axes"].update({"system.gpus.cuont": [1]}), "sweep.axes.system.gpus.cuont", "no such key"),
+    (lambda s: s["axes"].update({"system.pool.pnm.sram": ["1MiB"]}), "sweep.axes.system.pool.pnm.sram",
+     "no such key"),
+    (lambda s: s["axes"].update({"scenario.x": [1]}), "sweep.axes.scenario.x", "starting with system."),
+    (lambda s: s["objectives"][0].update({"key": "ttft_ms.p99"}), "sweep.objectives[0].key", "no key 'ttft_ms.p99'"),
+    (lambda s: s.update({"command": "nope"}), "sweep.command", "unknown command"),
+    (lambda s: s["zip"][0].update({"workload.tensor_parallel": [1]}), "sweep.zip[0]", "equal lengths"),
+])
+def test_bad_spec_is_one_line_naming_the_file_and_key(tmp_path, edit, where, words):
+    path = _spec(tmp_path, edit)
+    line = _error_line(_sweep(str(path), "--out", str(tmp_path / "out")))
+    assert f"{path}: {where}:" in line and words in line, line
+    assert not (tmp_path / "out").exists()
+
+
+# -- results and the store -------------------------------------------------------------------------------------
+
+def test_points_csv_holds_the_commands_own_results(tmp_path):
+    result = _sweep(_spec(tmp_path).as_posix(), "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    from archsim.system import load_system_config, load_workload, simulate_step
+
+    system = load_system_config("gpu-hbm", ["system.gpus.count=2"])
+    workload = load_workload("llama3-8b-b1", ["workload.instances=1", "workload.batch=4",
+                                              "workload.tensor_parallel=2"])
+    direct = simulate_step(system, workload, 16384).as_dict()
+    row = rows[-1]
+    assert row["workload.batch"] == "4" and row["contexts"] == "16K"
+    assert float(row["gpu-hbm.16384.decode_step_ns"]) == direct["decode_step_ns"]
+    assert float(row["gpu-hbm.16384.energy_pJ_per_token"]) == direct["energy_pJ_per_token"]
+    assert row["gpu-hbm.16384.status"] == "ok"
+
+
+def test_resume_refusals_and_reuse(tmp_path):
+    out = tmp_path / "out"
+    path = _spec(tmp_path)
+    assert _sweep(str(path), "--workers", "1", "--out", str(out)).exit_code == 0
+    first = _rows(out / "points.csv")
+    line = _error_line(_sweep(str(path), "--out", str(out)))
+    assert f"{out}: --out:" in line and "--resume" in line
+    before = _tree_digest(out)
+    other = _spec(tmp_path, lambda s: s["inputs"].update({"workload": "llama3-8b-b64"}), "other.yaml")
+    line = _error_line(_sweep(str(other), "--out", str(out), "--resume"))
+    assert f"{other}: sweep.inputs:" in line and "another spec" in line
+    assert _tree_digest(out) == before  # the store untouched
+    result = CliRunner().invoke(main, ["sweep", str(path), "--out", str(out), "--resume", "--workers", "1"])
+    assert result.exit_code == 0 and "(0 computed now" in result.output, result.output
+    grown = _spec(tmp_path, lambda s: s["axes"].update({"workload.batch": [1, 4, 8]}), "grown.yaml")
+    result = CliRunner().invoke(main, ["sweep", str(grown), "--out", str(out), "--resume", "--workers", "1"])
+    assert result.exit_code == 0 and "12 points (4 computed now" in result.output, result.output
+    rows = _rows(out / "points.csv")
+    assert [r for r in rows if r["workload.batch"] != "8"] == first
+
+
+def _store_keys(out: Path) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(out / "points.sqlite")
+    try:
+        return [row[0] for row in conn.execute("SELECT key FROM points")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_instants_then_resume_loses_and_duplicates_nothing(tmp_path):
+    def edit(s):
+        s["axes"]["workload.batch"] = [1, 2, 4, 8, 16]
+        s["axes"]["contexts"] = ["1K", "4K", "16K"]
+    path = _spec(tmp_path, edit)
+    reference = tmp_path / "ref"
+    assert _sweep(str(path), "--workers", "1", "--out", str(reference)).exit_code == 0
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "archsim", "sweep", str(path), "--workers", "2", "--out", str(out), "--quiet"]
+    rng = random.Random(23)
+    kills = 0
+    for attempt in range(12):
+        proc = subprocess.Popen([*cmd, *(["--resume"] if attempt else [])], env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.3, 4.0))
+        if proc.poll() is not None:
+            assert proc.returncode == 0, proc.stderr.read().decode()
+            break
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        keys = _store_keys(out) if (out / "points.sqlite").exists() else []
+        assert len(keys) == len(set(keys))
+    assert kills >= 3
+    result = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    keys = _store_keys(out)
+    assert len(keys) == 30 == len(set(keys))
+    assert _rows(out / "points.csv") == _rows(reference / "points.csv")
