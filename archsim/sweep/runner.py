@@ -246,7 +246,8 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
     from archsim.progress import progress_bar
 
     planned = plan(spec)
-    store = Store.open(out_dir, spec.identity(), resume, spec.file)
+    client = _dask_client(scheduler, connect_timeout_s) if scheduler else None  # before the store: a scheduler
+    store = Store.open(out_dir, spec.identity(), resume, spec.file)  # that does not answer leaves no DIR behind
     try:
         done = store.keys()
         todo = list({p.key: p for p in planned if p.key not in done}.values())
@@ -254,11 +255,16 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
         bar = progress_bar(len(planned), "point", f"sweep {spec.name}", quiet=quiet)
         bar.update(sum(1 for p in planned if p.key in done))
         if todo:
-            _compute(spec, todo, store, bar, rows_so_far, workers, scheduler, connect_timeout_s)
+            _compute(spec, todo, store, bar, rows_so_far, workers, client)
         bar.close()
         rows = store.rows()
     finally:
         store.close()
+        if client is not None:
+            cluster = getattr(client, "cluster", None)
+            client.close()
+            if cluster is not None:
+                cluster.close()
     outputs = OutputPlan()
     text = csv_text(spec, planned, rows)
     outputs.add(out_dir / "points.csv", "points.csv")
@@ -277,14 +283,14 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
 
 
 def _compute(spec: SweepSpec, todo: list[PlannedPoint], store: Store, bar: Any, rows: list[dict[str, Any]],
-             workers: int, scheduler: str | None, connect_timeout_s: float) -> None:
+             workers: int, client: Any) -> None:
     def record(p: PlannedPoint, out: dict[str, Any]) -> None:
         store.put(p.key, p.point, out["status"], out["result"], out["wall_s"], out["host"])
         rows.append({"point": p.point, **out})
         bar.update(1)
         bar.set_postfix_str(best_text(spec, rows), refresh=False)
 
-    if scheduler is None:
+    if client is None:
         pool, as_completed = _local_executor(workers)
         with pool:
             futures = {pool.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s): p
@@ -294,14 +300,7 @@ def _compute(spec: SweepSpec, todo: list[PlannedPoint], store: Store, bar: Any, 
         return
     from distributed import as_completed as dask_completed
 
-    client = _dask_client(scheduler, connect_timeout_s)
-    try:
-        futures = {client.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s,
-                                 key=f"sweep-{p.key}", pure=False): p for p in todo}
-        for future in dask_completed(list(futures)):
-            record(futures[future], future.result())
-    finally:
-        cluster = getattr(client, "cluster", None)
-        client.close()
-        if cluster is not None:
-            cluster.close()
+    futures = {client.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s,
+                             key=f"sweep-{p.key}", pure=False): p for p in todo}
+    for future in dask_completed(list(futures)):
+        record(futures[future], future.result())
