@@ -194,3 +194,45 @@ def test_sigkill_at_random_instants_then_resume_loses_and_duplicates_nothing(tmp
     keys = _store_keys(out)
     assert len(keys) == 30 == len(set(keys))
     assert _rows(out / "points.csv") == _rows(reference / "points.csv")
+
+
+# -- Optuna searches -------------------------------------------------------------------------------------------
+
+def _search(method: str, count: int, objectives: list[dict]):
+    def edit(s):
+        s["axes"] = {"workload.batch": [1, 2, 4, 8, 16, 32], "contexts": ["1K", "4K", "16K"]}
+        s["search"] = {"method": method, "count": count, "seed": 5, "batch": 2}
+        s["objectives"] = objectives
+    return edit
+
+
+def test_tpe_search_is_reproducible_and_resumes_from_the_store(tmp_path):
+    objectives = [{"key": "decode_step_ns", "goal": "minimize", "select": {}}]
+    path = _spec(tmp_path, _search("tpe", 8, objectives))
+    a = _sweep(str(path), "--workers", "2", "--out", str(tmp_path / "a"))
+    b = _sweep(str(path), "--workers", "1", "--out", str(tmp_path / "b"))
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    rows = _rows(tmp_path / "a" / "points.csv")
+    assert rows == _rows(tmp_path / "b" / "points.csv") and 1 <= len(rows) <= 8
+    result = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "a"), "--resume"])
+    assert result.exit_code == 0 and "(0 computed now" in result.output, result.output
+
+
+def test_nsga2_writes_the_pareto_front(tmp_path):
+    objectives = [{"key": "decode_step_ns", "goal": "minimize"}, {"key": "tokens_per_s", "goal": "maximize"}]
+    path = _spec(tmp_path, _search("nsga2", 12, objectives))
+    result = _sweep(str(path), "--workers", "2", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    points = _rows(tmp_path / "out" / "points.csv")
+    front = _rows(tmp_path / "out" / "pareto.csv")
+    by_axes = {(r["workload.batch"], r["contexts"]): r for r in points}
+    assert front and all(by_axes[(r["workload.batch"], r["contexts"])].items() >= r.items() for r in front)
+
+    def values(row):
+        (step,) = [float(v) for k, v in row.items() if k.endswith(".decode_step_ns") and v]
+        (tps,) = [float(v) for k, v in row.items() if k.endswith(".tokens_per_s") and v]
+        return step, tps
+    for row in front:  # nothing in the sweep dominates a front point
+        s, t = values(row)
+        assert not any(s2 <= s and t2 >= t and (s2, t2) != (s, t) for s2, t2 in map(values, points))
+    assert (tmp_path / "out" / "pareto.png").stat().st_size > 5000

@@ -103,17 +103,18 @@ class PlannedPoint:
     key: str
 
 
+def plan_point(spec: SweepSpec, index: int, point: dict[str, Any]) -> PlannedPoint:
+    inputs, overrides = spec.point_inputs(point)
+    try:
+        resolved = spec.command.resolve(inputs, overrides)
+    except ConfigError:  # the override lands on no key of this input (checked per axis at load): infeasible
+        resolved = {"unresolved": inputs, "set": overrides}
+    return PlannedPoint(index, point, inputs, overrides, point_key(spec.command.name, resolved))
+
+
 def plan(spec: SweepSpec) -> list[PlannedPoint]:
-    """Every point of the spec with its store key (the same design twice is computed once)."""
-    out = []
-    for i, point in enumerate(spec.points()):
-        inputs, overrides = spec.point_inputs(point)
-        try:
-            resolved = spec.command.resolve(inputs, overrides)
-        except ConfigError:  # the override lands on no key of this input (checked per axis at load): infeasible
-            resolved = {"unresolved": inputs, "set": overrides}
-        out.append(PlannedPoint(i, point, inputs, overrides, point_key(spec.command.name, resolved)))
-    return out
+    """Every grid or random point of the spec with its store key (the same design twice is computed once)."""
+    return [plan_point(spec, i, point) for i, point in enumerate(spec.points())]
 
 
 def _entries(row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -238,33 +239,107 @@ def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - di
     return client
 
 
-def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
-              resume: bool = False, connect_timeout_s: float = 10.0, quiet: bool = False) -> dict[str, Any]:
-    """Compute the spec's missing points into the store in `out_dir`, then write points.csv (and pareto.csv
-    for several objectives). Returns counts."""
-    from archsim.outputs import OutputPlan
-    from archsim.progress import progress_bar
+class Executor:
+    """Local worker processes, or a Dask client: computes points and records each in the store on arrival."""
 
-    planned = plan(spec)
-    client = _dask_client(scheduler, connect_timeout_s) if scheduler else None  # before the store: a scheduler
-    store = Store.open(out_dir, spec.identity(), resume, spec.file)  # that does not answer leaves no DIR behind
-    try:
-        done = store.keys()
-        todo = list({p.key: p for p in planned if p.key not in done}.values())
-        rows_so_far = list(store.rows().values())
-        bar = progress_bar(len(planned), "point", f"sweep {spec.name}", quiet=quiet)
-        bar.update(sum(1 for p in planned if p.key in done))
-        if todo:
-            _compute(spec, todo, store, bar, rows_so_far, workers, client)
-        bar.close()
-        rows = store.rows()
-    finally:
-        store.close()
-        if client is not None:
-            cluster = getattr(client, "cluster", None)
-            client.close()
+    def __init__(self, spec: SweepSpec, store: Store, bar: Any, rows: dict[str, dict[str, Any]], workers: int,
+                 client: Any) -> None:
+        self.spec, self.store, self.bar, self.rows, self.client = spec, store, bar, rows, client
+        self.workers = workers
+        self.pool: Any = None
+        self.computed = 0
+
+    def _record(self, p: PlannedPoint, out: dict[str, Any]) -> None:
+        self.store.put(p.key, p.point, out["status"], out["result"], out["wall_s"], out["host"])
+        self.rows[p.key] = {"point": p.point, **out}
+        self.computed += 1
+        self.bar.update(1)
+        self.bar.set_postfix_str(best_text(self.spec, list(self.rows.values())), refresh=False)
+
+    def compute(self, points: list[PlannedPoint]) -> None:
+        """Every point of `points` not in the store yet (each key once)."""
+        todo = list({p.key: p for p in points if p.key not in self.rows}.values())
+        if not todo:
+            return
+        args = (self.spec.command.name,)
+        if self.client is None:
+            if self.pool is None:
+                self.pool, _ = _local_executor(self.workers)
+            from concurrent.futures import as_completed
+
+            futures = {self.pool.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s): p
+                       for p in todo}
+        else:
+            from distributed import as_completed
+
+            futures = {self.client.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
+                                          key=f"sweep-{p.key}", pure=False): p for p in todo}
+        for future in as_completed(list(futures)):
+            self._record(futures[future], future.result())
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+        if self.client is not None:
+            cluster = getattr(self.client, "cluster", None)
+            self.client.close()
             if cluster is not None:
                 cluster.close()
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
+              resume: bool = False, connect_timeout_s: float = 10.0, quiet: bool = False) -> dict[str, Any]:
+    """Compute the spec's missing points into the store in `out_dir`, then write points.csv (and pareto.csv,
+    pareto.png for several objectives). Returns counts."""
+    from archsim.progress import progress_bar
+
+    searched = spec.method in ("tpe", "nsga2")
+    planned = [] if searched else plan(spec)
+    client = _dask_client(scheduler, connect_timeout_s) if scheduler else None  # before the store: a scheduler
+    try:  # that does not answer leaves no DIR behind
+        store = Store.open(out_dir, spec.identity(), resume, spec.file)
+    except BaseException:
+        if client is not None:
+            Executor(spec, None, None, {}, 1, client).close()  # type: ignore[arg-type]
+        raise
+    rows = store.rows()
+    total = spec.count if searched else len(planned)
+    bar = progress_bar(total, "point", f"sweep {spec.name}", quiet=quiet)
+    executor = Executor(spec, store, bar, rows, workers, client)
+    try:
+        if searched:
+            from archsim.sweep.search import optuna_search
+
+            seen: dict[str, PlannedPoint] = {}
+
+            def evaluate(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                batch = [plan_point(spec, len(seen) + i, point) for i, point in enumerate(points)]
+                bar.update(sum(1 for p in batch if p.key in rows))
+                executor.compute(batch)
+                for p in batch:
+                    seen.setdefault(p.key, p)
+                return [rows[p.key] for p in batch]
+
+            optuna_search(spec, evaluate)
+            planned = list(seen.values())
+        else:
+            bar.update(sum(1 for p in planned if p.key in rows))
+            executor.compute(planned)
+        bar.close()
+    finally:
+        executor.close()
+        store.close()
+    _write_outputs(spec, out_dir, planned, rows)
+    ordered = [rows[p.key] for p in planned if p.key in rows]
+    statuses = [row["status"] for row in ordered]
+    return {"points": len(planned), "computed": executor.computed, "ok": statuses.count("ok"),
+            "infeasible": sum(s.startswith("infeasible") for s in statuses),
+            "failed": sum(s.startswith("failed") for s in statuses), "best": best_text(spec, ordered)}
+
+
+def _write_outputs(spec: SweepSpec, out_dir: Path, planned: list[PlannedPoint], rows: dict[str, dict]) -> None:
+    from archsim.outputs import OutputPlan
+
     outputs = OutputPlan()
     text = csv_text(spec, planned, rows)
     outputs.add(out_dir / "points.csv", "points.csv")
@@ -275,32 +350,30 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
         pareto_text = csv_text(spec, front, rows)
         outputs.add(out_dir / "pareto.csv", "pareto.csv")
         outputs.write(out_dir / "pareto.csv", lambda tmp: tmp.write_text(pareto_text))
+        outputs.add(out_dir / "pareto.png", "pareto.png", kind="plot")
+        outputs.write(out_dir / "pareto.png", lambda tmp: plot_pareto(spec, ordered, tmp))
     outputs.commit()
-    statuses = [rows[p.key]["status"] for p in planned if p.key in rows]
-    return {"points": len(planned), "computed": len(todo), "ok": statuses.count("ok"),
-            "infeasible": sum(s.startswith("infeasible") for s in statuses),
-            "failed": sum(s.startswith("failed") for s in statuses), "best": best_text(spec, ordered)}
 
 
-def _compute(spec: SweepSpec, todo: list[PlannedPoint], store: Store, bar: Any, rows: list[dict[str, Any]],
-             workers: int, client: Any) -> None:
-    def record(p: PlannedPoint, out: dict[str, Any]) -> None:
-        store.put(p.key, p.point, out["status"], out["result"], out["wall_s"], out["host"])
-        rows.append({"point": p.point, **out})
-        bar.update(1)
-        bar.set_postfix_str(best_text(spec, rows), refresh=False)
+def plot_pareto(spec: SweepSpec, rows: list[dict[str, Any]], path: Path) -> None:
+    """The first two objectives of every feasible point, the Pareto front drawn over them."""
+    import matplotlib
 
-    if client is None:
-        pool, as_completed = _local_executor(workers)
-        with pool:
-            futures = {pool.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s): p
-                       for p in todo}
-            for future in as_completed(futures):
-                record(futures[future], future.result())
-        return
-    from distributed import as_completed as dask_completed
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-    futures = {client.submit(run_point, spec.command.name, p.inputs, p.overrides, spec.timeout_s,
-                             key=f"sweep-{p.key}", pure=False): p for p in todo}
-    for future in dask_completed(list(futures)):
-        record(futures[future], future.result())
+    x_obj, y_obj = spec.objectives[:2]
+    values = [objective_values(spec, r) for r in rows]
+    points = [v for v in values if v is not None]
+    front = sorted((values[i] for i in pareto(spec, rows)), key=lambda v: v[0])  # type: ignore[index]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    ax.scatter([v[0] for v in points], [v[1] for v in points], s=12, color="0.6", label="feasible points")
+    ax.plot([v[0] for v in front], [v[1] for v in front], "o-", color="tab:red", label="Pareto front")
+    ax.set_xlabel(f"{x_obj.column} ({x_obj.goal})")
+    ax.set_ylabel(f"{y_obj.column} ({y_obj.goal})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"sweep {spec.name}: {len(points)} feasible points, {len(front)} on the front", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)

@@ -14,7 +14,8 @@
         system.interconnect.bandwidth_scale: {range: [0.5, 2.0, 0.5]}  # start, stop (inclusive), step
       zip:                                  # axes that move together: equal-length lists
         - {system.gpus.count: [4, 8], workload.tensor_parallel: [4, 8]}
-      search: {method: grid}                # or {method: random, count: 50, seed: 1}
+      search: {method: grid}                # or {method: random, count: 50, seed: 1}, or Optuna's
+                                            # {method: tpe | nsga2, count: 60, seed: 1, batch: 4}
       objectives:                           # each reads one result entry: `select` names it
         - {key: decode_step_ns, goal: minimize, select: {system: g25, context: 32K}}
       constraints:
@@ -42,7 +43,7 @@ from archsim.resources import data_path
 from archsim.sweep.commands import Command, command
 
 SWEEPS_DIR = data_path("configs", "sweeps")
-SEARCH_METHODS = ("grid", "random")
+SEARCH_METHODS = ("grid", "random", "tpe", "nsga2")
 GOALS = ("minimize", "maximize")
 _MISSING_KEY = ("unknown key", "no such config path", "cannot set a key inside a non-mapping")
 
@@ -112,6 +113,7 @@ class SweepSpec:
     objectives: tuple[Objective, ...]
     constraints: tuple[Constraint, ...]
     timeout_s: float | None
+    batch: int = 1  # trials asked and told together (tpe, nsga2)
 
     @property
     def axis_keys(self) -> tuple[str, ...]:
@@ -252,19 +254,24 @@ def spec_from_mapping(tree: Any, *, file: str) -> SweepSpec:
     axes = _parse_axes(root, cmd, inputs)
     search = root.sub("search", {"method": "grid"})
     method = search.choice("method", SEARCH_METHODS)
-    count = search.int("count", minimum=1) if method == "random" else None
+    count = search.int("count", minimum=1) if method != "grid" else None
     seed = search.int("seed", 0)
+    batch = search.int("batch", 1, minimum=1) if method in ("tpe", "nsga2") else 1
     search.done()
     objectives = tuple(_objective(Section(o, f"{root.where('objectives')}[{i}]", file), cmd)
                        for i, o in enumerate(_list(root, "objectives")))
     constraints = tuple(_constraint(Section(c, f"{root.where('constraints')}[{i}]", file), cmd)
                         for i, c in enumerate(_list(root, "constraints")))
+    if method in ("tpe", "nsga2") and not objectives:
+        raise root.error("objectives", f"the {method} search needs at least one objective")
+    if method == "nsga2" and len(objectives) < 2:
+        raise root.error("objectives", "nsga2 is a multi-objective search: give two objectives or more (or tpe)")
     timeout = root.float("timeout_s") if root.has("timeout_s") else None
     if timeout is not None and timeout <= 0:
         raise root.error("timeout_s", f"must be positive, got {timeout:g}")
     root.done()
     spec = SweepSpec(file, name, cmd, inputs, tuple(sets), axes, method, count, seed, objectives, constraints,
-                     timeout)
+                     timeout, batch)
     for missing in (k for k in cmd.required if k not in inputs and k not in spec.axis_keys):
         raise root.error("inputs", f"the {cmd.name} command needs the input {missing!r} (in inputs or as an axis)")
     _check_axis_keys(spec, root)
