@@ -236,3 +236,34 @@ def test_nsga2_writes_the_pareto_front(tmp_path):
         s, t = values(row)
         assert not any(s2 <= s and t2 >= t and (s2, t2) != (s, t) for s2, t2 in map(values, points))
     assert (tmp_path / "out" / "pareto.png").stat().st_size > 5000
+
+
+# -- the keys sweeps added -------------------------------------------------------------------------------------
+
+def test_bandwidth_scale_multiplies_every_links_raw_rate_and_workload_overrides_apply():
+    from archsim.errors import ConfigError
+    from archsim.system import load_system_config, load_workload
+
+    base = load_system_config("g25").topology
+    scaled = load_system_config("g25", ["system.interconnect.bandwidth_scale=2.5"]).topology
+    assert [link.bandwidth_GBps * 2.5 for link in base.links] == [link.bandwidth_GBps for link in scaled.links]
+    assert [link.reverse_bandwidth_GBps * 2.5 for link in base.links] == \
+        [link.reverse_bandwidth_GBps for link in scaled.links]
+    with pytest.raises(ConfigError, match="must be positive") as err:
+        load_system_config("g25", ["system.interconnect.bandwidth_scale=0"])
+    assert err.value.where == "system.interconnect.bandwidth_scale"
+    assert load_workload("llama3-8b-b1", ["workload.batch=3"]).batch == 3
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_workload("llama3-8b-b1", ["workload.batchx=3"])
+
+
+def test_simulate_set_takes_workload_keys(tmp_path):
+    out = tmp_path / "s.json"
+    result = CliRunner().invoke(main, ["simulate", "gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K",
+                                       "--set", "workload.instances=1", "--set", "workload.batch=4", "--quiet",
+                                       "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["workload"]["batch"] == 4
+    line = _error_line(CliRunner().invoke(main, ["simulate", "gpu-hbm", "--workload", "llama3-8b-b1",
+                                                 "--set", "scenario.x=1"]))
+    assert "--set: 'scenario.x=1': a --set key starts with system. or workload." in line
