@@ -267,3 +267,28 @@ def test_simulate_set_takes_workload_keys(tmp_path):
     line = _error_line(CliRunner().invoke(main, ["simulate", "gpu-hbm", "--workload", "llama3-8b-b1",
                                                  "--set", "scenario.x=1"]))
     assert "--set: 'scenario.x=1': a --set key starts with system. or workload." in line
+
+
+def test_sensitivity_plots_per_axis_from_the_store(tmp_path):
+    out = tmp_path / "out"
+    assert _sweep(str(_spec(tmp_path)), "--workers", "1", "--out", str(out)).exit_code == 0
+    pngs = sorted(p.name for p in (out / "sensitivity").iterdir())
+    assert pngs == ["00-workload.batch.png", "01-contexts.png", "02-system.gpus.count.png",
+                    "03-workload.tensor_parallel.png"]
+    assert all((out / "sensitivity" / name).stat().st_size > 5000 for name in pngs)
+    from archsim.sweep.runner import plan, sensitivity
+    from archsim.sweep.store import Store
+
+    spec = load_spec(tmp_path / "spec.yaml")
+    store = Store(out / "points.sqlite")
+    try:
+        rows = store.rows()
+    finally:
+        store.close()
+    by_batch = sensitivity(spec, plan(spec), rows, "workload.batch")
+    csv_rows = _rows(out / "points.csv")
+    for value, best, _median, worst in by_batch:  # the 4K entry's decode step over the points with this batch
+        steps = [float(r["gpu-hbm.4096.decode_step_ns"]) for r in csv_rows if r["workload.batch"] == str(value)
+                 and r["gpu-hbm.4096.decode_step_ns"]]
+        assert (best, worst) == (min(steps), max(steps))
+    assert [v for v, *_ in by_batch] == [1, 4]

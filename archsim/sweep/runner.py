@@ -352,7 +352,68 @@ def _write_outputs(spec: SweepSpec, out_dir: Path, planned: list[PlannedPoint], 
         outputs.write(out_dir / "pareto.csv", lambda tmp: tmp.write_text(pareto_text))
         outputs.add(out_dir / "pareto.png", "pareto.png", kind="plot")
         outputs.write(out_dir / "pareto.png", lambda tmp: plot_pareto(spec, ordered, tmp))
+    if spec.objectives and any(objective_values(spec, r) is not None for r in ordered):
+        for i, key in enumerate(spec.axis_keys):
+            target = out_dir / "sensitivity" / f"{i:02d}-{_file_name(key)}.png"
+            outputs.add(target, f"sensitivity/{target.name}", kind="plot")
+            outputs.write(target, lambda tmp, key=key: plot_sensitivity(spec, planned, rows, key, tmp))
     outputs.commit()
+
+
+def _file_name(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+
+
+def sensitivity(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict], key: str,
+                objective: int = 0) -> list[tuple[Any, float, float, float]]:
+    """Per value of axis `key` (in axis order): the best, median and worst of one objective over the feasible
+    points holding that value."""
+    import statistics
+
+    goal = spec.objectives[objective].goal
+    by_value: dict[str, list[float]] = {}
+    values: dict[str, Any] = {}
+    axis = next(a for a in spec.axes if key in a.keys)
+    for position in axis.values:
+        value = position[axis.keys.index(key)]
+        by_value.setdefault(str(value), [])
+        values[str(value)] = value
+    for p in planned:
+        got = objective_values(spec, rows[p.key]) if p.key in rows else None
+        if got is not None:
+            by_value[str(p.point[key])].append(got[objective])
+    out = []
+    for text, ys in by_value.items():
+        if ys:
+            best, worst = (min(ys), max(ys)) if goal == "minimize" else (max(ys), min(ys))
+            out.append((values[text], best, statistics.median(ys), worst))
+    return out
+
+
+def plot_sensitivity(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict], key: str,
+                     path: Path) -> None:
+    """The first objective against one axis: best, median and worst over the rest of the design space."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = sensitivity(spec, planned, rows, key)
+    xs = list(range(len(data)))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for column, label, style in ((1, "best", "o-"), (2, "median", "s--"), (3, "worst", "^:")):
+        ax.plot(xs, [d[column] for d in data], style, label=label)
+    ax.set_xticks(xs, [str(d[0]) for d in data])
+    objective = spec.objectives[0]
+    ax.set_xlabel(key)
+    ax.set_ylabel(f"{objective.column} ({objective.goal})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"sweep {spec.name}: {objective.key} against {key}\n(best, median, worst over the other axes)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
 
 
 def plot_pareto(spec: SweepSpec, rows: list[dict[str, Any]], path: Path) -> None:
