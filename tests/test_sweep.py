@@ -292,3 +292,31 @@ def test_sensitivity_plots_per_axis_from_the_store(tmp_path):
                  and r["gpu-hbm.4096.decode_step_ns"]]
         assert (best, worst) == (min(steps), max(steps))
     assert [v for v, *_ in by_batch] == [1, 4]
+
+
+# -- serve points ----------------------------------------------------------------------------------------------
+
+def test_serve_points_with_seed_replicas_match_the_serve_command(tmp_path):
+    spec = {"sweep": {"name": "serve", "command": "serve",
+                      "inputs": {"systems": ["gpu-hbm"], "scenario": "multiturn", "requests": 50},
+                      "axes": {"scenario.arrivals.rate_per_s": [1.0, 4.0], "seed": [0, 1]},
+                      "objectives": [{"key": "ttft_ms.p99", "goal": "minimize", "select": {"system": "gpu-hbm"}}],
+                      "constraints": [{"key": "throughput_tokens_per_s", "min": 1.0}]}}
+    path = _write(tmp_path / "serve.yaml", spec)
+    result = _sweep(str(path), "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    assert [(r["scenario.arrivals.rate_per_s"], r["seed"]) for r in rows] == [("1.0", "0"), ("1.0", "1"),
+                                                                             ("4.0", "0"), ("4.0", "1")]
+    out = tmp_path / "direct.json"
+    direct = CliRunner().invoke(main, ["serve", "gpu-hbm", "--scenario", "multiturn", "--requests", "50", "--seed",
+                                       "1", "--set", "scenario.arrivals.rate_per_s=4.0", "--quiet", "--json",
+                                       str(out)])
+    assert direct.exit_code == 0, direct.output
+    entry = json.loads(out.read_text())["results"][0]
+    from archsim.sweep.commands import SERVE_RESULT_KEYS
+
+    assert set(entry) == SERVE_RESULT_KEYS
+    assert float(rows[3]["gpu-hbm.ttft_ms.p99"]) == entry["ttft_ms"]["p99"]
+    assert float(rows[3]["gpu-hbm.energy_J_per_token"]) == entry["energy_J_per_token"]
+    assert rows[0]["gpu-hbm.ttft_ms.p99"] != rows[1]["gpu-hbm.ttft_ms.p99"]  # replicas differ by seed
