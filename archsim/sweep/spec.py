@@ -2,7 +2,7 @@
 
     sweep:
       name: lanes-sram
-      command: simulate                     # simulate | compare
+      command: simulate                     # simulate | compare | serve
       inputs:                               # the command's base inputs, and `set:` overrides applied first
         system: g25
         workload: llama3-70b-b16
