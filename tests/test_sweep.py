@@ -320,3 +320,17 @@ def test_serve_points_with_seed_replicas_match_the_serve_command(tmp_path):
     assert float(rows[3]["gpu-hbm.ttft_ms.p99"]) == entry["ttft_ms"]["p99"]
     assert float(rows[3]["gpu-hbm.energy_J_per_token"]) == entry["energy_J_per_token"]
     assert rows[0]["gpu-hbm.ttft_ms.p99"] != rows[1]["gpu-hbm.ttft_ms.p99"]  # replicas differ by seed
+
+
+def test_timeout_and_memory_cap_fail_a_point_and_the_sweep_goes_on(tmp_path):
+    from archsim.sweep.runner import run_point
+
+    inputs = {"system": "gpu-hbm", "workload": "llama3-8b-b1", "contexts": "4K"}
+    ok = run_point("simulate", inputs, ["workload.instances=1"], 60.0, 64 * 2**30)
+    assert ok["status"] == "ok" and ok["result"]["results"][0]["decode_step_ns"] > 0
+    serve = {"systems": ["gpu-hbm"], "scenario": "multiturn", "requests": 400_000}
+    capped = run_point("serve", serve, [], None, 64 * 2**20)  # below the process's own size: any mmap fails
+    assert capped["status"] == f"failed: memory cap of {64 * 2**20:,} bytes exceeded" and capped["result"] is None
+    late = run_point("serve", serve, [], 0.5, None)
+    assert late["status"] == "failed: timeout after 0.5 s" and late["wall_s"] < 5
+    assert run_point("simulate", inputs, ["workload.instances=1"], None, None)["result"] == ok["result"]

@@ -65,25 +65,48 @@ def _deadline(timeout_s: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def _memory_cap(cap_bytes: int | None) -> Iterator[None]:
+    """Cap the process's address space at `cap_bytes` while the point runs (local worker processes, like the
+    deadline: a limit is process-wide, so not on a Dask worker's task threads); an allocation beyond it raises
+    MemoryError. The old limit comes back afterwards, so the worker sends its result and goes on."""
+    if not cap_bytes or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(cap_bytes, hard) if hard != resource.RLIM_INFINITY else cap_bytes,
+                                            hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
 def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
-              timeout_s: float | None) -> dict[str, Any]:
+              timeout_s: float | None, memory_cap_bytes: int | None = None) -> dict[str, Any]:
     """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host."""
     from archsim.sweep.commands import commands
 
     start = time.perf_counter()
     tree = None
     try:
-        with _deadline(timeout_s):
+        with _deadline(timeout_s), _memory_cap(memory_cap_bytes):
             tree = commands()[command_name].run(inputs, overrides)
         entries = tree.get("results", [])
         statuses = [e.get("status", "ok") for e in entries]
         status = "ok" if any(s == "ok" for s in statuses) or not statuses else statuses[0]
     except PointTimeoutError:
         status = f"failed: timeout after {timeout_s:g} s"
+    except MemoryError:
+        tree = None
+        status = f"failed: memory cap of {memory_cap_bytes:,} bytes exceeded" if memory_cap_bytes else \
+            "failed: out of memory"
     except ConfigError as exc:  # a design the model cannot build (an SRAM below one tile, too few GPUs)
         status = f"infeasible: {_one_line(exc)}"
     except ArchsimError as exc:
@@ -267,13 +290,14 @@ class Executor:
                 self.pool, _ = _local_executor(self.workers)
             from concurrent.futures import as_completed
 
-            futures = {self.pool.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s): p
-                       for p in todo}
+            futures = {self.pool.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
+                                        self.spec.memory_cap_bytes): p for p in todo}
         else:
             from distributed import as_completed
 
             futures = {self.client.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
-                                          key=f"sweep-{p.key}", pure=False): p for p in todo}
+                                          self.spec.memory_cap_bytes, key=f"sweep-{p.key}", pure=False): p
+                       for p in todo}
         for future in as_completed(list(futures)):
             self._record(futures[future], future.result())
 

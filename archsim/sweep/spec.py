@@ -21,6 +21,7 @@
       constraints:
         - {key: tokens_per_s, min: 1000, select: {context: 32K}}
       timeout_s: 600                        # per point; a point past it is `failed: timeout`
+      memory_cap: 8GiB                      # a worker's address space while a point runs (local processes)
 
 Every point is the product of the axes (in the order written) and the zipped groups. Bad input is one
 ConfigError naming the spec file and the dotted key: an empty axis, an axis over a key that no system or
@@ -114,6 +115,7 @@ class SweepSpec:
     constraints: tuple[Constraint, ...]
     timeout_s: float | None
     batch: int = 1  # trials asked and told together (tpe, nsga2)
+    memory_cap_bytes: int | None = None  # a worker's address space while a point runs
 
     @property
     def axis_keys(self) -> tuple[str, ...]:
@@ -269,9 +271,14 @@ def spec_from_mapping(tree: Any, *, file: str) -> SweepSpec:
     timeout = root.float("timeout_s") if root.has("timeout_s") else None
     if timeout is not None and timeout <= 0:
         raise root.error("timeout_s", f"must be positive, got {timeout:g}")
+    from archsim.units import parse_size_bytes
+
+    cap = root.parsed("memory_cap", parse_size_bytes) if root.has("memory_cap") else None
+    if cap is not None and cap <= 0:
+        raise root.error("memory_cap", f"must be positive, got {cap}")
     root.done()
     spec = SweepSpec(file, name, cmd, inputs, tuple(sets), axes, method, count, seed, objectives, constraints,
-                     timeout, batch)
+                     timeout, batch, cap)
     for missing in (k for k in cmd.required if k not in inputs and k not in spec.axis_keys):
         raise root.error("inputs", f"the {cmd.name} command needs the input {missing!r} (in inputs or as an axis)")
     _check_axis_keys(spec, root)
