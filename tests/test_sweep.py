@@ -101,6 +101,8 @@ def test_ranges_log_ranges_and_random_search(tmp_path):
     (lambda s: s["axes"].update({"system.pool.pnm.sram": ["1MiB"]}), "sweep.axes.system.pool.pnm.sram",
      "no such key"),
     (lambda s: s["axes"].update({"scenario.x": [1]}), "sweep.axes.scenario.x", "starting with system."),
+    (lambda s: s.update({"inputs": {"system": "g25", "workload": "llama3-8b-b1"}}) or s["axes"].update(
+        {"system.pool.memory.timing.tFAWx": ["40ns"]}), "sweep.axes.system.pool.memory.timing.tFAWx", "no such key"),
     (lambda s: s["objectives"][0].update({"key": "ttft_ms.p99"}), "sweep.objectives[0].key", "no key 'ttft_ms.p99'"),
     (lambda s: s.update({"command": "nope"}), "sweep.command", "unknown command"),
     (lambda s: s["zip"][0].update({"workload.tensor_parallel": [1]}), "sweep.zip[0]", "equal lengths"),
@@ -253,6 +255,10 @@ def test_bandwidth_scale_multiplies_every_links_raw_rate_and_workload_overrides_
         load_system_config("g25", ["system.interconnect.bandwidth_scale=0"])
     assert err.value.where == "system.interconnect.bandwidth_scale"
     assert load_workload("llama3-8b-b1", ["workload.batch=3"]).batch == 3
+    pool = load_system_config("g25", ["system.pool.memory.timing.tFAW=40ns"]).pool
+    assert pool.memory.timing.tFAW != load_system_config("g25").pool.memory.timing.tFAW
+    assert pool.memory.timing.tFAW == load_system_config("g25", ["system.pool.memory_set={timing.tFAW: 40ns}"]) \
+        .pool.memory.timing.tFAW
     with pytest.raises(ConfigError, match="unknown key"):
         load_workload("llama3-8b-b1", ["workload.batchx=3"])
 

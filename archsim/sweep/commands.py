@@ -25,11 +25,11 @@ def _yaml_tree(path: str) -> Any:
 
 
 def _tree(path: Path, overrides: Sequence[str]) -> Any:
-    from archsim.config.overrides import apply_overrides
+    from archsim.system.config import apply_system_overrides
 
     tree = copy.deepcopy(_yaml_tree(str(path)))
-    if isinstance(tree, dict):
-        apply_overrides(tree, list(overrides), str(path))
+    if isinstance(tree, dict):  # the system's rules (system.pool.memory.*) apply to no other tree's keys
+        apply_system_overrides(tree, list(overrides), str(path))
     return tree
 
 

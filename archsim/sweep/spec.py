@@ -366,7 +366,7 @@ def _check_axis_keys(spec: SweepSpec, root: Section) -> None:
                     last = None
                     break
                 except ConfigError as exc:
-                    if not exc.detail.startswith(_MISSING_KEY):
+                    if not any(words in exc.detail for words in _MISSING_KEY):
                         last = None  # the key exists; this value is merely infeasible here
                         break
                     last = exc

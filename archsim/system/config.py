@@ -170,11 +170,37 @@ def resolve_system_path(name_or_path: str | Path) -> Path:
     return resolve_preset(name_or_path, SYSTEMS_DIR, "system")
 
 
+POOL_MEMORY_PREFIX = "system.pool.memory."
+
+
+def apply_system_overrides(tree: Any, overrides: tuple[str, ...] | list[str], file: str | None) -> None:
+    """`--set` on a system tree, in place. `system.pool.memory.K=V` sets key K of the pool's resolved memory
+    config (configs/memory/, as `memory.K` of `archsim replay --set`): it joins `pool.memory_set`."""
+    plain = [o for o in overrides if not o.strip().startswith(POOL_MEMORY_PREFIX)]
+    apply_overrides(tree, plain, file)
+    for assignment in overrides:
+        if assignment in plain:
+            continue
+        dotted, sep, text = assignment.strip().partition("=")
+        if not sep:
+            raise ConfigError(f"override {assignment!r} is not of the form dotted.key=value", file=file)
+        pool = tree.get("system", {}).get("pool") if isinstance(tree.get("system"), dict) else None
+        if not isinstance(pool, dict):
+            raise ConfigError("no such config path (the system has no pool)", file=file, where="system.pool")
+        sets = pool.setdefault("memory_set", {})
+        if not isinstance(sets, dict):
+            raise ConfigError("expected a mapping of dotted.key: value", file=file, where="system.pool.memory_set")
+        try:
+            sets[dotted.removeprefix(POOL_MEMORY_PREFIX)] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cannot read value {text!r}: {exc}", file=file, where=dotted) from None
+
+
 def load_system_config(name_or_path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> SystemConfig:
     path = resolve_system_path(name_or_path)
     tree = read_yaml(path)
     if isinstance(tree, dict):
-        apply_overrides(tree, overrides, str(path))
+        apply_system_overrides(tree, overrides, str(path))
     return system_config_from_mapping(tree, file=str(path))
 
 
