@@ -63,7 +63,8 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def _tree_digest(directory: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 # -- the spec --------------------------------------------------------------------------------------------------

@@ -108,7 +108,11 @@ def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
         status = f"failed: memory cap of {memory_cap_bytes:,} bytes exceeded" if memory_cap_bytes else \
             "failed: out of memory"
     except ConfigError as exc:  # a design the model cannot build (an SRAM below one tile, too few GPUs)
-        status = f"infeasible: {_one_line(exc)}"
+        from archsim.resources import display_path
+
+        # shipped files by their repository path: rows are the same from checkouts in other places
+        located = ConfigError(exc.detail, file=display_path(exc.file) if exc.file else None, where=exc.where)
+        status = f"infeasible: {_one_line(located)}"
     except ArchsimError as exc:
         status = f"failed: {_one_line(exc)}"
     except Exception as exc:  # a bug at one point must not stop the sweep; the row says what happened
