@@ -64,6 +64,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
               "Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."),
     "simulate": ("archsim.system.cli", "simulate",
                  "Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."),
+    "sweep": ("archsim.sweep.cli", "sweep",
+              "Sweep a design space: a command's points over axes, kept in a resumable store, written to points.csv."),
     "trace": ("archsim.trace.cli_commands", "trace", "Inspect, convert and generate traces."),
 }
 

@@ -14,6 +14,9 @@ class _Silent:
     def close(self) -> None:
         pass
 
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        pass
+
     def __enter__(self) -> _Silent:
         return self
 

@@ -78,19 +78,22 @@ def test_the_installed_wheel_runs_compare_pnm_and_replay_outside_the_repository(
          "heads=8,kv_heads=2,head_dim=128,context=512,batch=1", "--units", "4", "--quiet", "--json", "pnm.json"],
         [archsim, "replay", str(data / "traces/kv_decode_hbm3.npz"), "--memory", str(data / "configs/memory/hbm3.yaml"),
          "--quiet", "--json", "replay.json"],
+        [archsim, "serve", "gpu-hbm", "--scenario", "multiturn", "--requests", "20", "--quiet", "--json", "serve.json"],
     ]
     runs = []
     for attempt in ("cold", "warm"):
         for command in commands:
             _run(command, tmp_path, env)
         runs.append({name: json.loads((tmp_path / name).read_text())
-                     for name in ("compare.json", "pnm.json", "replay.json")})
+                     for name in ("compare.json", "pnm.json", "replay.json", "serve.json")})
         if attempt == "cold":
             cached = _cache_files(package)
             assert cached, "numba wrote no cache beside the installed package"
     assert _cache_files(package) == cached  # the warm runs compiled nothing new: every kernel came from the cache
     cold, warm = runs
     assert cold["compare.json"] == warm["compare.json"]
+    assert cold["serve.json"] == warm["serve.json"] and cold["serve.json"]["results"][0]["status"] == "ok"
+    assert cold["serve.json"]["scenario_file"] == "configs/scenarios/multiturn.yaml"
     assert warm["replay.json"]["sim"]["compile_s"] < cold["replay.json"]["sim"]["compile_s"]
     assert cold["replay.json"]["memory"] == warm["replay.json"]["memory"]
     text = (tmp_path / "compare.json").read_text()

@@ -26,12 +26,25 @@ def _contexts(text: str | None) -> tuple[int, ...] | None:
     return tuple(parse_tokens(part, "--contexts") for part in parts)
 
 
-def _workload(workload_path: str | None, trace_path: str | None):  # noqa: ANN202 - Workload, imported lazily
+def split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """`--set` assignments split into the system's (`system.*`) and the workload's (`workload.*`)."""
+    unknown = [o for o in overrides if not o.strip().startswith(("system.", "workload."))]
+    if unknown:
+        raise ConfigError(f"{unknown[0]!r}: a --set key starts with system. or workload.", where="--set")
+    return ([o for o in overrides if o.strip().startswith("system.")],
+            [o for o in overrides if o.strip().startswith("workload.")])
+
+
+def _workload(workload_path: str | None, trace_path: str | None,  # noqa: ANN202 - Workload, imported lazily
+              overrides: Sequence[str] = ()):
     from archsim.system.workload import load_workload, workload_from_trace
 
     if bool(workload_path) == bool(trace_path):
         raise click.UsageError("give exactly one of --workload and --trace")
-    return load_workload(workload_path) if workload_path else workload_from_trace(trace_path)
+    if trace_path and overrides:
+        raise ConfigError("workload.* overrides need --workload (a trace's workload is read from the trace)",
+                          where="--set")
+    return load_workload(workload_path, list(overrides)) if workload_path else workload_from_trace(trace_path)
 
 
 def _inputs(configs: Sequence, workload) -> list[str]:  # noqa: ANN001 - SystemConfig, Workload: lazy imports
@@ -68,7 +81,7 @@ def _breakdown(result: dict) -> str:
 @click.option("--contexts", help="Comma-separated contexts (4K,32K) instead of the workload's.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/2 tree here.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
-              help="Override a system value, e.g. system.pool.devices=4 (repeatable).")
+              help="Override a system or workload value, e.g. system.pool.devices=4, workload.batch=8 (repeatable).")
 @click.option("--quiet", is_flag=True, help="No table.")
 def simulate(system: str, workload_path: str | None, trace_path: str | None, contexts: str | None,
              json_path: str | None, overrides: tuple[str, ...], quiet: bool) -> None:
@@ -79,8 +92,9 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
     from archsim.system.report import render_table, result_tree, run_comparison
 
     start = time.perf_counter()
-    cfg = load_system_config(system, overrides)
-    workload = _workload(workload_path, trace_path)
+    system_sets, workload_sets = split_overrides(overrides)
+    cfg = load_system_config(system, system_sets)
+    workload = _workload(workload_path, trace_path, workload_sets)
     outputs = OutputPlan(inputs=_inputs([cfg], workload))
     outputs.add(json_path, "--json")
     results = run_comparison([cfg], workload, _contexts(contexts), quiet=quiet)

@@ -9,6 +9,7 @@ File layout (top-level key `system`; docs/systems.md describes every key and cit
       gpus: {count: 8, peak_TFLOPS: 989.4, hbm_bandwidth: 3.35TB/s, hbm_capacity: 80GB,
              memory_utilization: 0.9, clock: 1.98GHz, endpoint: gpu}
       interconnect: {preset: cxl2_switch, set: {links.pool_link.count: 8}}   # or {inline: {...}} / {file: ...}
+                                                     # optional bandwidth_scale: every link's raw rate x this
       kv: {location: pool, endpoint: pool}           # pool | gpu | store (store: also `capacity`, `device`)
       attention: pnm                                 # pnm | gpu
       pool:
@@ -170,11 +171,37 @@ def resolve_system_path(name_or_path: str | Path) -> Path:
     return resolve_preset(name_or_path, SYSTEMS_DIR, "system")
 
 
+POOL_MEMORY_PREFIX = "system.pool.memory."
+
+
+def apply_system_overrides(tree: Any, overrides: tuple[str, ...] | list[str], file: str | None) -> None:
+    """`--set` on a system tree, in place. `system.pool.memory.K=V` sets key K of the pool's resolved memory
+    config (configs/memory/, as `memory.K` of `archsim replay --set`): it joins `pool.memory_set`."""
+    plain = [o for o in overrides if not o.strip().startswith(POOL_MEMORY_PREFIX)]
+    apply_overrides(tree, plain, file)
+    for assignment in overrides:
+        if assignment in plain:
+            continue
+        dotted, sep, text = assignment.strip().partition("=")
+        if not sep:
+            raise ConfigError(f"override {assignment!r} is not of the form dotted.key=value", file=file)
+        pool = tree.get("system", {}).get("pool") if isinstance(tree.get("system"), dict) else None
+        if not isinstance(pool, dict):
+            raise ConfigError("no such config path (the system has no pool)", file=file, where="system.pool")
+        sets = pool.setdefault("memory_set", {})
+        if not isinstance(sets, dict):
+            raise ConfigError("expected a mapping of dotted.key: value", file=file, where="system.pool.memory_set")
+        try:
+            sets[dotted.removeprefix(POOL_MEMORY_PREFIX)] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"cannot read value {text!r}: {exc}", file=file, where=dotted) from None
+
+
 def load_system_config(name_or_path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> SystemConfig:
     path = resolve_system_path(name_or_path)
     tree = read_yaml(path)
     if isinstance(tree, dict):
-        apply_overrides(tree, overrides, str(path))
+        apply_system_overrides(tree, overrides, str(path))
     return system_config_from_mapping(tree, file=str(path))
 
 
@@ -296,6 +323,9 @@ def _parse_interconnect(root: Section, file: str | None) -> Topology:
     sets = s.raw("set", {})
     if not isinstance(sets, dict):
         raise s.error("set", "expected a mapping of dotted.key: value")
+    scale = s.float("bandwidth_scale", 1.0)  # a what-if knob for sweeps: every link's raw rate x this
+    if scale <= 0:
+        raise s.error("bandwidth_scale", f"must be positive, got {scale:g}")
     if forms[0] == "inline":
         data = copy.deepcopy(s.raw("inline"))
         src_file, path = file, f"{where}.inline"
@@ -320,7 +350,12 @@ def _parse_interconnect(root: Section, file: str | None) -> Topology:
         except ConfigError as exc:
             raise ConfigError(exc.detail, file=file, where=f"{where}.set.{exc.where}") from None
         data = tree["interconnect"]
-    return Topology.from_mapping(data, path=path, file=src_file)
+    topology = Topology.from_mapping(data, path=path, file=src_file)
+    if scale == 1.0:
+        return topology
+    links = tuple(replace(link, bandwidth_GBps=link.bandwidth_GBps * scale,
+                          reverse_bandwidth_GBps=link.reverse_bandwidth_GBps * scale) for link in topology.links)
+    return Topology(topology.endpoints, topology.switches, links, topology.description, topology.file, topology.path)
 
 
 def _check_endpoints(topology: Topology, gpus: GpuConfig, kv_endpoint: str | None, root: Section) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from archsim.config.overrides import apply_overrides
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError, TraceError
@@ -78,9 +79,13 @@ def resolve_workload_path(name_or_path: str | Path) -> Path:
     return resolve_preset(name_or_path, WORKLOADS_DIR, "workload")
 
 
-def load_workload(name_or_path: str | Path) -> Workload:
+def load_workload(name_or_path: str | Path, overrides: tuple[str, ...] | list[str] = ()) -> Workload:
+    """Read, override (`workload.dotted.key=value`) and validate a workload file."""
     path = resolve_workload_path(name_or_path)
-    return workload_from_mapping(read_yaml(path), file=str(path))
+    tree = read_yaml(path)
+    if isinstance(tree, dict):
+        apply_overrides(tree, list(overrides), str(path))
+    return workload_from_mapping(tree, file=str(path))
 
 
 def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:

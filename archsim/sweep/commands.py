@@ -1,0 +1,204 @@
+"""The commands a sweep can run, each through its own Python functions (no subprocess per point).
+
+A command takes named base inputs (`system`, `workload`, `contexts`, ...) and `--set`-style overrides over its
+dotted prefixes. `resolve` gives the fully resolved inputs that key a point in the store (the YAML trees after
+overrides, so that the same design reached by two specs is one point); `run` gives the command's JSON tree.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from archsim.errors import ConfigError
+
+
+@functools.lru_cache(maxsize=64)
+def _yaml_tree(path: str) -> Any:
+    from archsim.config.yaml_files import read_yaml
+
+    return read_yaml(Path(path))
+
+
+def _tree(path: Path, overrides: Sequence[str]) -> Any:
+    from archsim.system.config import apply_system_overrides
+
+    tree = copy.deepcopy(_yaml_tree(str(path)))
+    if isinstance(tree, dict):  # the system's rules (system.pool.memory.*) apply to no other tree's keys
+        apply_system_overrides(tree, list(overrides), str(path))
+    return tree
+
+
+def _prefixed(overrides: Sequence[str], prefix: str) -> list[str]:
+    return [o for o in overrides if o.strip().startswith(prefix)]
+
+
+def _contexts(value: Any) -> tuple[int, ...] | None:
+    from archsim.system.workload import parse_tokens
+
+    if value is None:
+        return None
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    return tuple(parse_tokens(item.strip() if isinstance(item, str) else item, "contexts") for item in items)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    input_names: tuple[str, ...]  # base inputs a spec (or an axis) may give
+    required: tuple[str, ...]
+    prefixes: tuple[str, ...]  # dotted override prefixes its --set takes
+    result_keys: frozenset[str]  # top-level keys of one result entry
+    resolve: Callable[[dict[str, Any], list[str]], dict[str, Any]]
+    check: Callable[[dict[str, Any], list[str]], None]  # builds the configs: raises ConfigError
+    run: Callable[[dict[str, Any], list[str]], dict[str, Any]]
+
+
+# -- simulate / compare -------------------------------------------------------------------------------------------
+
+def _system_path(name: str) -> Path:
+    from archsim.system.config import resolve_system_path
+
+    return resolve_system_path(name)
+
+
+def _workload_path(name: str) -> Path:
+    from archsim.system.workload import resolve_workload_path
+
+    return resolve_workload_path(name)
+
+
+def _systems(inputs: dict[str, Any]) -> list[str]:
+    if "systems" not in inputs and "system" not in inputs:
+        raise ConfigError("give the input `system` or `systems` (in inputs or as an axis)", where="sweep.inputs")
+    value = inputs["systems"] if "systems" in inputs else [inputs["system"]]
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _resolve_simulate(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    systems = [_tree(_system_path(s), _prefixed(overrides, "system.")) for s in _systems(inputs)]
+    workload = _tree(_workload_path(inputs["workload"]), _prefixed(overrides, "workload."))
+    return {"systems": systems, "workload": workload, "contexts": _contexts(inputs.get("contexts"))}
+
+
+def _build_simulate(inputs: dict[str, Any], overrides: list[str]) -> tuple[list, Any, tuple[int, ...] | None]:
+    from archsim.system.config import system_config_from_mapping
+    from archsim.system.workload import workload_from_mapping
+
+    configs = [system_config_from_mapping(_tree(_system_path(s), _prefixed(overrides, "system.")),
+                                          file=str(_system_path(s))) for s in _systems(inputs)]
+    wpath = _workload_path(inputs["workload"])
+    workload = workload_from_mapping(_tree(wpath, _prefixed(overrides, "workload.")), file=str(wpath))
+    return configs, workload, _contexts(inputs.get("contexts"))
+
+
+def _check_simulate(inputs: dict[str, Any], overrides: list[str]) -> None:
+    _build_simulate(inputs, overrides)
+
+
+def _run_simulate(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from archsim.system.report import result_tree, run_comparison
+
+    configs, workload, contexts = _build_simulate(inputs, overrides)
+    return result_tree(configs, workload, run_comparison(configs, workload, contexts))
+
+
+def _step_result_keys() -> frozenset[str]:
+    from archsim.system.decode import StepResult
+
+    return frozenset(StepResult("x", "x", 1, "ok").as_dict())
+
+
+# -- serve --------------------------------------------------------------------------------------------------------
+
+# the keys of one archsim.serving/1 result entry (archsim.serving.run.result_entry; tests/test_sweep.py checks them
+# against a real run's)
+SERVE_RESULT_KEYS = frozenset((
+    "system", "tier", "scenario", "status", "kv_decode", "cost_model", "breakdown_ms", "e2e_ms", "ttft_ms", "tpot_ms",
+    "energy_J_per_request", "energy_J_per_token", "energy_breakdown_mJ_per_token", "events", "iterations",
+    "goodput_requests_per_s", "throughput_requests_per_s", "throughput_tokens_per_s", "link_bytes",
+    "link_utilization", "mean_in_flight", "preemptions", "prefix_hit_rate", "prefix_hit_rate_by_tier",
+    "requests_completed", "requests_measured", "requests_rejected", "requests_streamed", "tier_bytes",
+    "tier_link_bytes"))
+SERVE_DEFAULTS = {"requests": 1000, "seed": 0, "warmup_requests": 0}
+
+
+def _scenario_path(name: str) -> Path:
+    from archsim.serving.scenario import resolve_scenario_path
+
+    return resolve_scenario_path(name)
+
+
+def _serve_options(inputs: dict[str, Any]) -> dict[str, Any]:
+    from archsim.units import parse_time_ns
+
+    out = {**SERVE_DEFAULTS, **{k: inputs[k] for k in ("requests", "seed", "warmup_requests") if k in inputs}}
+    duration = inputs.get("duration")
+    out["duration_ns"] = parse_time_ns(duration, "duration") if duration is not None else None
+    if out["duration_ns"] is not None:
+        out["requests"] = None
+    return out
+
+
+def _resolve_serve(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    systems = [_tree(_system_path(s), _prefixed(overrides, "system.")) for s in _systems(inputs)]
+    scenario = _tree(_scenario_path(inputs["scenario"]), _prefixed(overrides, "scenario."))
+    return {"systems": systems, "scenario": scenario, **_serve_options(inputs)}
+
+
+def _build_serve(inputs: dict[str, Any], overrides: list[str]) -> tuple[list, Any]:
+    from archsim.serving.scenario import scenario_from_mapping
+    from archsim.system.config import system_config_from_mapping
+
+    configs = [system_config_from_mapping(_tree(_system_path(s), _prefixed(overrides, "system.")),
+                                          file=str(_system_path(s))) for s in _systems(inputs)]
+    spath = _scenario_path(inputs["scenario"])
+    return configs, scenario_from_mapping(_tree(spath, _prefixed(overrides, "scenario.")), file=str(spath))
+
+
+def _check_serve(inputs: dict[str, Any], overrides: list[str]) -> None:
+    _build_serve(inputs, overrides)
+    _serve_options(inputs)
+
+
+def _run_serve(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from archsim.serving.cli import _requests_source, fabric_ratios
+    from archsim.serving.run import SCHEMA, result_entry, run_system
+
+    configs, scenario = _build_serve(inputs, overrides)
+    opts = _serve_options(inputs)
+    requests_for = _requests_source(scenario, opts["requests"], opts["duration_ns"], opts["seed"])
+    entries = [result_entry(run_system(c, scenario, requests_for, warmup=opts["warmup_requests"]), scenario)
+               for c in configs]
+    return {"schema": SCHEMA, "scenario": scenario.name, "scenario_file": scenario.file, "seed": opts["seed"],
+            "requests": opts["requests"], "duration_ns": opts["duration_ns"],
+            "warmup_requests": opts["warmup_requests"], "fabric_ttft_ratio": fabric_ratios(entries),
+            "results": entries}
+
+
+# -- the registry -------------------------------------------------------------------------------------------------
+
+@functools.cache
+def commands() -> dict[str, Command]:
+    keys = _step_result_keys()
+    return {
+        "simulate": Command("simulate", ("system", "workload", "contexts"), ("system", "workload"),
+                            ("system.", "workload."), keys, _resolve_simulate, _check_simulate, _run_simulate),
+        "compare": Command("compare", ("systems", "workload", "contexts"), ("systems", "workload"),
+                           ("system.", "workload."), keys, _resolve_simulate, _check_simulate, _run_simulate),
+        "serve": Command("serve", ("systems", "system", "scenario", "requests", "duration", "seed", "warmup_requests"),
+                         ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS, _resolve_serve, _check_serve,
+                         _run_serve),
+    }
+
+
+def command(name: str, *, file: str | None = None, where: str = "sweep.command") -> Command:
+    known = commands()
+    if name not in known:
+        raise ConfigError(f"unknown command {name!r} (a sweep runs one of {', '.join(sorted(known))})", file=file,
+                          where=where)
+    return known[name]

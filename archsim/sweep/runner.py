@@ -1,0 +1,468 @@
+"""Running a sweep: the missing points on local worker processes or a Dask cluster, each kept in the store.
+
+Points run in-process through the command's own functions (archsim.sweep.commands). A worker imports archsim
+and loads the memory kernel from numba's cache once, in its initializer, not per point. The main process alone
+writes the store, one transaction per point as each result arrives, so killing it at any instant loses at most
+the points still in flight, which `--resume` computes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import math
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from archsim.errors import ArchsimError, ConfigError
+from archsim.sweep.spec import SweepSpec
+from archsim.sweep.store import Store, point_key
+
+ENTRY_ID = ("system", "context")
+TIMING_COLUMNS = ("wall_s", "host")
+
+
+class PointTimeoutError(Exception):
+    pass
+
+
+def warm_worker() -> None:
+    """Import archsim's system model and load the HBM3E memory kernel (the pool's) from numba's cache."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from archsim.config.memory import memory_config_from_preset
+    from archsim.memory import warm_up
+    from archsim.sweep.commands import commands
+
+    commands()
+    warm_up(memory_config_from_preset("HBM3E"))
+
+
+@contextlib.contextmanager
+def _deadline(timeout_s: float | None) -> Iterator[None]:
+    """Raise PointTimeoutError in the point after `timeout_s` (enforced where the point runs on a main thread:
+    local worker processes; a Dask worker's task threads cannot take a signal)."""
+    if not timeout_s or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise PointTimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def _memory_cap(cap_bytes: int | None) -> Iterator[None]:
+    """Cap the process's address space at `cap_bytes` while the point runs (local worker processes, like the
+    deadline: a limit is process-wide, so not on a Dask worker's task threads); an allocation beyond it raises
+    MemoryError. The old limit comes back afterwards, so the worker sends its result and goes on."""
+    if not cap_bytes or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (min(cap_bytes, hard) if hard != resource.RLIM_INFINITY else cap_bytes,
+                                            hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
+              timeout_s: float | None, memory_cap_bytes: int | None = None) -> dict[str, Any]:
+    """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host."""
+    from archsim.sweep.commands import commands
+
+    start = time.perf_counter()
+    tree = None
+    try:
+        with _deadline(timeout_s), _memory_cap(memory_cap_bytes):
+            tree = commands()[command_name].run(inputs, overrides)
+        entries = tree.get("results", [])
+        statuses = [e.get("status", "ok") for e in entries]
+        status = "ok" if any(s == "ok" for s in statuses) or not statuses else statuses[0]
+    except PointTimeoutError:
+        status = f"failed: timeout after {timeout_s:g} s"
+    except MemoryError:
+        tree = None
+        status = f"failed: memory cap of {memory_cap_bytes:,} bytes exceeded" if memory_cap_bytes else \
+            "failed: out of memory"
+    except ConfigError as exc:  # a design the model cannot build (an SRAM below one tile, too few GPUs)
+        from archsim.resources import display_path
+
+        # shipped files by their repository path: rows are the same from checkouts in other places
+        located = ConfigError(exc.detail, file=display_path(exc.file) if exc.file else None, where=exc.where)
+        status = f"infeasible: {_one_line(located)}"
+    except ArchsimError as exc:
+        status = f"failed: {_one_line(exc)}"
+    except Exception as exc:  # a bug at one point must not stop the sweep; the row says what happened
+        status = f"failed: internal error: {type(exc).__name__}: {_one_line(exc)}"
+    return {"status": status, "result": tree, "wall_s": round(time.perf_counter() - start, 3),
+            "host": socket.gethostname()}
+
+
+@dataclass(frozen=True)
+class PlannedPoint:
+    index: int
+    point: dict[str, Any]
+    inputs: dict[str, Any]
+    overrides: list[str]
+    key: str
+
+
+def plan_point(spec: SweepSpec, index: int, point: dict[str, Any]) -> PlannedPoint:
+    inputs, overrides = spec.point_inputs(point)
+    try:
+        resolved = spec.command.resolve(inputs, overrides)
+    except ConfigError:  # the override lands on no key of this input (checked per axis at load): infeasible
+        resolved = {"unresolved": inputs, "set": overrides}
+    return PlannedPoint(index, point, inputs, overrides, point_key(spec.command.name, resolved))
+
+
+def plan(spec: SweepSpec) -> list[PlannedPoint]:
+    """Every grid or random point of the spec with its store key (the same design twice is computed once)."""
+    return [plan_point(spec, i, point) for i, point in enumerate(spec.points())]
+
+
+def _entries(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return (row.get("result") or {}).get("results", [])
+
+
+def flatten_entries(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every result entry flattened as <system>.<context>.<key> (nested keys dotted, lists as JSON)."""
+    import json
+
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}", v)
+        else:
+            out[prefix] = json.dumps(node) if isinstance(node, list) else node
+
+    for entry in entries:
+        prefix = ".".join(str(entry.get(k)) for k in ENTRY_ID if k in entry)
+        for key, value in entry.items():
+            if key not in ENTRY_ID:
+                walk(f"{prefix}.{key}", value)
+    return out
+
+
+def feasible(spec: SweepSpec, row: dict[str, Any]) -> bool:
+    return row["status"] == "ok" and all(c.holds(_entries(row)) for c in spec.constraints)
+
+
+def objective_values(spec: SweepSpec, row: dict[str, Any]) -> tuple[float, ...] | None:
+    if not spec.objectives or not feasible(spec, row):
+        return None
+    values = tuple(o.value(_entries(row)) for o in spec.objectives)
+    return None if any(v is None or math.isnan(v) for v in values) else values  # type: ignore[arg-type]
+
+
+def pareto(spec: SweepSpec, rows: list[dict[str, Any]]) -> list[int]:
+    """Indices of the rows no other feasible row dominates (every objective as good, one better)."""
+    signed = []
+    for i, row in enumerate(rows):
+        values = objective_values(spec, row)
+        if values is not None:
+            signed.append((i, tuple(v if o.goal == "minimize" else -v for v, o in zip(values, spec.objectives,
+                                                                                       strict=True))))
+    front = []
+    for i, a in signed:
+        if not any(all(x <= y for x, y in zip(b, a, strict=True)) and b != a for _, b in signed):
+            front.append(i)
+    return front
+
+
+def best_text(spec: SweepSpec, rows: list[dict[str, Any]]) -> str:
+    if not spec.objectives:
+        return ""
+    if len(spec.objectives) > 1:
+        return f"pareto {len(pareto(spec, rows))}"
+    objective = spec.objectives[0]
+    values = [v[0] for v in (objective_values(spec, r) for r in rows) if v is not None]
+    if not values:
+        return "best -"
+    best = min(values) if objective.goal == "minimize" else max(values)
+    return f"best {objective.key} {best:.6g}"
+
+
+def csv_text(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict[str, Any]]) -> str:
+    """points.csv: one row per point of the spec in its order: the axes, status, every flattened result entry
+    (columns in first-seen order), then the timing and host columns."""
+    records, seen = [], {}
+    for p in planned:
+        row = rows.get(p.key)
+        if row is None:
+            continue
+        flat = flatten_entries(_entries(row))
+        for k in flat:
+            seen.setdefault(k, None)
+        records.append((p, row, flat))
+    header = [*spec.axis_keys, "status", *seen, *TIMING_COLUMNS]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    for p, row, flat in records:
+        writer.writerow([*(p.point[k] for k in spec.axis_keys), row["status"], *(flat.get(k, "") for k in seen),
+                         row["wall_s"], row["host"]])
+    return buf.getvalue()
+
+
+# -- executors ----------------------------------------------------------------------------------------------------
+
+
+
+def _local_executor(workers: int):  # noqa: ANN202 - a context manager over (submit, as_completed)
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=warm_worker)
+    return pool, as_completed
+
+
+def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - distributed.Client
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError("needs Dask: pip install 'archsim[dse]'", where="--scheduler") from None
+    if scheduler.startswith("local:"):
+        text = scheduler.removeprefix("local:")
+        if not text.isdigit() or int(text) < 1:
+            raise ConfigError(f"expected local:N with N >= 1 workers, got {scheduler!r}", where="--scheduler")
+        cluster = LocalCluster(n_workers=int(text), threads_per_worker=1, processes=True, dashboard_address=None)
+        client = Client(cluster)
+    elif scheduler.startswith("tcp://"):
+        try:
+            client = Client(scheduler, timeout=f"{connect_timeout_s}s")
+        except (OSError, TimeoutError) as exc:
+            raise ConfigError(f"no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s "
+                              f"({_one_line(exc) or type(exc).__name__})", where="--scheduler") from None
+    else:
+        raise ConfigError(f"expected tcp://HOST:PORT or local:N, got {scheduler!r}", where="--scheduler")
+    client.run(warm_worker)
+    return client
+
+
+class Executor:
+    """Local worker processes, or a Dask client: computes points and records each in the store on arrival."""
+
+    def __init__(self, spec: SweepSpec, store: Store, bar: Any, rows: dict[str, dict[str, Any]], workers: int,
+                 client: Any) -> None:
+        self.spec, self.store, self.bar, self.rows, self.client = spec, store, bar, rows, client
+        self.workers = workers
+        self.pool: Any = None
+        self.computed = 0
+
+    def _record(self, p: PlannedPoint, out: dict[str, Any]) -> None:
+        self.store.put(p.key, p.point, out["status"], out["result"], out["wall_s"], out["host"])
+        self.rows[p.key] = {"point": p.point, **out}
+        self.computed += 1
+        self.bar.update(1)
+        self.bar.set_postfix_str(best_text(self.spec, list(self.rows.values())), refresh=False)
+
+    def compute(self, points: list[PlannedPoint]) -> None:
+        """Every point of `points` not in the store yet (each key once)."""
+        todo = list({p.key: p for p in points if p.key not in self.rows}.values())
+        if not todo:
+            return
+        args = (self.spec.command.name,)
+        if self.client is None:
+            if self.pool is None:
+                self.pool, _ = _local_executor(self.workers)
+            from concurrent.futures import as_completed
+
+            futures = {self.pool.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
+                                        self.spec.memory_cap_bytes): p for p in todo}
+        else:
+            from distributed import as_completed
+
+            futures = {self.client.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
+                                          self.spec.memory_cap_bytes, key=f"sweep-{p.key}", pure=False): p
+                       for p in todo}
+        for future in as_completed(list(futures)):
+            self._record(futures[future], future.result())
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+        if self.client is not None:
+            cluster = getattr(self.client, "cluster", None)
+            self.client.close()
+            if cluster is not None:
+                cluster.close()
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
+              resume: bool = False, connect_timeout_s: float = 10.0, quiet: bool = False) -> dict[str, Any]:
+    """Compute the spec's missing points into the store in `out_dir`, then write points.csv (and pareto.csv,
+    pareto.png for several objectives). Returns counts."""
+    from archsim.progress import progress_bar
+
+    searched = spec.method in ("tpe", "nsga2")
+    planned = [] if searched else plan(spec)
+    client = _dask_client(scheduler, connect_timeout_s) if scheduler else None  # before the store: a scheduler
+    try:  # that does not answer leaves no DIR behind
+        store = Store.open(out_dir, spec.identity(), resume, spec.file)
+    except BaseException:
+        if client is not None:
+            Executor(spec, None, None, {}, 1, client).close()  # type: ignore[arg-type]
+        raise
+    rows = store.rows()
+    total = spec.count if searched else len(planned)
+    bar = progress_bar(total, "point", f"sweep {spec.name}", quiet=quiet)
+    executor = Executor(spec, store, bar, rows, workers, client)
+    try:
+        if searched:
+            from archsim.sweep.search import optuna_search
+
+            seen: dict[str, PlannedPoint] = {}
+
+            def evaluate(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                batch = [plan_point(spec, len(seen) + i, point) for i, point in enumerate(points)]
+                bar.update(sum(1 for p in batch if p.key in rows))
+                executor.compute(batch)
+                for p in batch:
+                    seen.setdefault(p.key, p)
+                return [rows[p.key] for p in batch]
+
+            optuna_search(spec, evaluate)
+            planned = list(seen.values())
+        else:
+            bar.update(sum(1 for p in planned if p.key in rows))
+            executor.compute(planned)
+        bar.close()
+    finally:
+        executor.close()
+        store.close()
+    _write_outputs(spec, out_dir, planned, rows)
+    ordered = [rows[p.key] for p in planned if p.key in rows]
+    statuses = [row["status"] for row in ordered]
+    return {"points": len(planned), "computed": executor.computed, "ok": statuses.count("ok"),
+            "infeasible": sum(s.startswith("infeasible") for s in statuses),
+            "failed": sum(s.startswith("failed") for s in statuses), "best": best_text(spec, ordered)}
+
+
+def _write_outputs(spec: SweepSpec, out_dir: Path, planned: list[PlannedPoint], rows: dict[str, dict]) -> None:
+    from archsim.outputs import OutputPlan
+
+    outputs = OutputPlan()
+    text = csv_text(spec, planned, rows)
+    outputs.add(out_dir / "points.csv", "points.csv")
+    outputs.write(out_dir / "points.csv", lambda tmp: tmp.write_text(text))
+    ordered = [rows[p.key] for p in planned if p.key in rows]
+    if len(spec.objectives) > 1:
+        front = [planned[i] for i in pareto(spec, ordered)]
+        pareto_text = csv_text(spec, front, rows)
+        outputs.add(out_dir / "pareto.csv", "pareto.csv")
+        outputs.write(out_dir / "pareto.csv", lambda tmp: tmp.write_text(pareto_text))
+        outputs.add(out_dir / "pareto.png", "pareto.png", kind="plot")
+        outputs.write(out_dir / "pareto.png", lambda tmp: plot_pareto(spec, ordered, tmp))
+    if spec.objectives and any(objective_values(spec, r) is not None for r in ordered):
+        for i, key in enumerate(spec.axis_keys):
+            target = out_dir / "sensitivity" / f"{i:02d}-{_file_name(key)}.png"
+            outputs.add(target, f"sensitivity/{target.name}", kind="plot")
+            outputs.write(target, lambda tmp, key=key: plot_sensitivity(spec, planned, rows, key, tmp))
+    outputs.commit()
+
+
+def _file_name(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)
+
+
+def sensitivity(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict], key: str,
+                objective: int = 0) -> list[tuple[Any, float, float, float]]:
+    """Per value of axis `key` (in axis order): the best, median and worst of one objective over the feasible
+    points holding that value."""
+    import statistics
+
+    goal = spec.objectives[objective].goal
+    by_value: dict[str, list[float]] = {}
+    values: dict[str, Any] = {}
+    axis = next(a for a in spec.axes if key in a.keys)
+    for position in axis.values:
+        value = position[axis.keys.index(key)]
+        by_value.setdefault(str(value), [])
+        values[str(value)] = value
+    for p in planned:
+        got = objective_values(spec, rows[p.key]) if p.key in rows else None
+        if got is not None:
+            by_value[str(p.point[key])].append(got[objective])
+    out = []
+    for text, ys in by_value.items():
+        if ys:
+            best, worst = (min(ys), max(ys)) if goal == "minimize" else (max(ys), min(ys))
+            out.append((values[text], best, statistics.median(ys), worst))
+    return out
+
+
+def plot_sensitivity(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict], key: str,
+                     path: Path) -> None:
+    """The first objective against one axis: best, median and worst over the rest of the design space."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = sensitivity(spec, planned, rows, key)
+    xs = list(range(len(data)))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for column, label, style in ((1, "best", "o-"), (2, "median", "s--"), (3, "worst", "^:")):
+        ax.plot(xs, [d[column] for d in data], style, label=label)
+    ax.set_xticks(xs, [str(d[0]) for d in data])
+    objective = spec.objectives[0]
+    ax.set_xlabel(key)
+    ax.set_ylabel(f"{objective.column} ({objective.goal})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"sweep {spec.name}: {objective.key} against {key}\n(best, median, worst over the other axes)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def plot_pareto(spec: SweepSpec, rows: list[dict[str, Any]], path: Path) -> None:
+    """The first two objectives of every feasible point, the Pareto front drawn over them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_obj, y_obj = spec.objectives[:2]
+    values = [objective_values(spec, r) for r in rows]
+    points = [v for v in values if v is not None]
+    front = sorted((values[i] for i in pareto(spec, rows)), key=lambda v: v[0])  # type: ignore[index]
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    ax.scatter([v[0] for v in points], [v[1] for v in points], s=12, color="0.6", label="feasible points")
+    ax.plot([v[0] for v in front], [v[1] for v in front], "o-", color="tab:red", label="Pareto front")
+    ax.set_xlabel(f"{x_obj.column} ({x_obj.goal})")
+    ax.set_ylabel(f"{y_obj.column} ({y_obj.goal})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"sweep {spec.name}: {len(points)} feasible points, {len(front)} on the front", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)

@@ -1,0 +1,343 @@
+"""`archsim sweep`: the spec and its bad inputs, the store (resume, refusals, reuse), points.csv against the
+command's own results, and a sweep killed with SIGKILL at random instants then resumed."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from archsim.cli import main
+from archsim.sweep.spec import load_spec
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.system
+
+# gpu-hbm needs no DRAM replay: a point takes about 0.1 s
+SPEC = {"sweep": {
+    "name": "tiny", "command": "simulate",
+    "inputs": {"system": "gpu-hbm", "workload": "llama3-8b-b1", "set": ["workload.instances=1"]},
+    "axes": {"workload.batch": [1, 4], "contexts": ["4K", "16K"]},
+    "zip": [{"system.gpus.count": [1, 2], "workload.tensor_parallel": [1, 2]}],
+    "objectives": [{"key": "decode_step_ns", "goal": "minimize", "select": {"context": "4K"}}],
+}}
+
+
+def _write(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def _spec(tmp: Path, edit=None, name: str = "spec.yaml") -> Path:
+    spec = json.loads(json.dumps(SPEC))
+    if edit:
+        edit(spec["sweep"])
+    return _write(tmp / name, spec)
+
+
+def _sweep(*args: str):
+    return CliRunner().invoke(main, ["sweep", *args, "--quiet"])
+
+
+def _error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("archsim: error: "), result.output
+    return lines[0]
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return [{k: v for k, v in row.items() if k not in ("wall_s", "host")} for row in csv.DictReader(handle)]
+
+
+def _tree_digest(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# -- the spec --------------------------------------------------------------------------------------------------
+
+def test_grid_is_the_product_of_axes_and_zipped_groups(tmp_path):
+    spec = load_spec(_spec(tmp_path))
+    points = spec.points()
+    assert spec.grid_size == 8 and len(points) == 8
+    assert points[0] == {"workload.batch": 1, "contexts": "4K", "system.gpus.count": 1, "workload.tensor_parallel": 1}
+    assert points[-1] == {"workload.batch": 4, "contexts": "16K", "system.gpus.count": 2,
+                          "workload.tensor_parallel": 2}
+    assert len({json.dumps(p, sort_keys=True) for p in points}) == 8
+
+
+def test_ranges_log_ranges_and_random_search(tmp_path):
+    def edit(s):
+        s["axes"] = {"workload.batch": {"log_range": [1, 64, 7]}, "workload.decode_steps": {"range": [1, 9, 4]}}
+        s["zip"] = []
+        s["search"] = {"method": "random", "count": 5, "seed": 7}
+    spec = load_spec(_spec(tmp_path, edit))
+    assert spec.axes[0].values == tuple((v,) for v in (1, 2, 4, 8, 16, 32, 64))
+    assert spec.axes[1].values == ((1,), (5,), (9,))
+    five = spec.points()
+    assert len(five) == 5 and len({json.dumps(p) for p in five}) == 5
+
+    def more(s):
+        edit(s)
+        s["search"]["count"] = 9
+    assert load_spec(_spec(tmp_path, more, "more.yaml")).points()[:5] == five  # a larger budget keeps every point
+
+
+@pytest.mark.parametrize(("edit", "where", "words"), [
+    (lambda s: s["axes"].update({"workload.batch": []}), "sweep.axes.workload.batch", "empty axis"),
+    (lambda s: s["axes"].update({"system.gpus.cuont": [1]}), "sweep.axes.system.gpus.cuont", "no such key"),
+    (lambda s: s["axes"].update({"system.pool.pnm.sram": ["1MiB"]}), "sweep.axes.system.pool.pnm.sram",
+     "no such key"),
+    (lambda s: s["axes"].update({"scenario.x": [1]}), "sweep.axes.scenario.x", "starting with system."),
+    (lambda s: s.update({"inputs": {"system": "g25", "workload": "llama3-8b-b1"}}) or s["axes"].update(
+        {"system.pool.memory.timing.tFAWx": ["40ns"]}), "sweep.axes.system.pool.memory.timing.tFAWx", "no such key"),
+    (lambda s: s["objectives"][0].update({"key": "ttft_ms.p99"}), "sweep.objectives[0].key", "no key 'ttft_ms.p99'"),
+    (lambda s: s.update({"command": "nope"}), "sweep.command", "unknown command"),
+    (lambda s: s["zip"][0].update({"workload.tensor_parallel": [1]}), "sweep.zip[0]", "equal lengths"),
+])
+def test_bad_spec_is_one_line_naming_the_file_and_key(tmp_path, edit, where, words):
+    path = _spec(tmp_path, edit)
+    line = _error_line(_sweep(str(path), "--out", str(tmp_path / "out")))
+    assert f"{path}: {where}:" in line and words in line, line
+    assert not (tmp_path / "out").exists()
+
+
+# -- results and the store -------------------------------------------------------------------------------------
+
+def test_points_csv_holds_the_commands_own_results(tmp_path):
+    result = _sweep(_spec(tmp_path).as_posix(), "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    from archsim.system import load_system_config, load_workload, simulate_step
+
+    system = load_system_config("gpu-hbm", ["system.gpus.count=2"])
+    workload = load_workload("llama3-8b-b1", ["workload.instances=1", "workload.batch=4",
+                                              "workload.tensor_parallel=2"])
+    direct = simulate_step(system, workload, 16384).as_dict()
+    row = rows[-1]
+    assert row["workload.batch"] == "4" and row["contexts"] == "16K"
+    assert float(row["gpu-hbm.16384.decode_step_ns"]) == direct["decode_step_ns"]
+    assert float(row["gpu-hbm.16384.energy_pJ_per_token"]) == direct["energy_pJ_per_token"]
+    assert row["gpu-hbm.16384.status"] == "ok"
+
+
+def test_resume_refusals_and_reuse(tmp_path):
+    out = tmp_path / "out"
+    path = _spec(tmp_path)
+    assert _sweep(str(path), "--workers", "1", "--out", str(out)).exit_code == 0
+    first = _rows(out / "points.csv")
+    line = _error_line(_sweep(str(path), "--out", str(out)))
+    assert f"{out}: --out:" in line and "--resume" in line
+    before = _tree_digest(out)
+    other = _spec(tmp_path, lambda s: s["inputs"].update({"workload": "llama3-8b-b64"}), "other.yaml")
+    line = _error_line(_sweep(str(other), "--out", str(out), "--resume"))
+    assert f"{other}: sweep.inputs:" in line and "another spec" in line
+    assert _tree_digest(out) == before  # the store untouched
+    result = CliRunner().invoke(main, ["sweep", str(path), "--out", str(out), "--resume", "--workers", "1"])
+    assert result.exit_code == 0 and "(0 computed now" in result.output, result.output
+    grown = _spec(tmp_path, lambda s: s["axes"].update({"workload.batch": [1, 4, 8]}), "grown.yaml")
+    result = CliRunner().invoke(main, ["sweep", str(grown), "--out", str(out), "--resume", "--workers", "1"])
+    assert result.exit_code == 0 and "12 points (4 computed now" in result.output, result.output
+    rows = _rows(out / "points.csv")
+    assert [r for r in rows if r["workload.batch"] != "8"] == first
+
+
+def _store_keys(out: Path) -> list[str]:
+    import sqlite3
+
+    conn = sqlite3.connect(out / "points.sqlite")
+    try:
+        return [row[0] for row in conn.execute("SELECT key FROM points")]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_instants_then_resume_loses_and_duplicates_nothing(tmp_path):
+    def edit(s):
+        s["axes"]["workload.batch"] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+        s["axes"]["contexts"] = ["1K", "4K", "16K"]
+    path = _spec(tmp_path, edit)
+    reference = tmp_path / "ref"
+    assert _sweep(str(path), "--workers", "1", "--out", str(reference)).exit_code == 0
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "archsim", "sweep", str(path), "--workers", "2", "--out", str(out), "--quiet"]
+    rng = random.Random(23)
+    kills = 0
+    for attempt in range(20):  # 20 instants: at start-up, while planning, between and during store commits
+        proc = subprocess.Popen([*cmd, *(["--resume"] if attempt else [])], env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.5, 3.5))
+        if proc.poll() is not None:
+            assert proc.returncode == 0, proc.stderr.read().decode()
+            break
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        keys = _store_keys(out) if (out / "points.sqlite").exists() else []
+        assert len(keys) == len(set(keys))
+    assert kills >= 10
+    result = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    keys = _store_keys(out)
+    assert len(keys) == 60 == len(set(keys))
+    assert _rows(out / "points.csv") == _rows(reference / "points.csv")
+
+
+# -- Optuna searches -------------------------------------------------------------------------------------------
+
+def _search(method: str, count: int, objectives: list[dict]):
+    def edit(s):
+        s["axes"] = {"workload.batch": [1, 2, 4, 8, 16, 32], "contexts": ["1K", "4K", "16K"]}
+        s["search"] = {"method": method, "count": count, "seed": 5, "batch": 2}
+        s["objectives"] = objectives
+    return edit
+
+
+def test_tpe_search_is_reproducible_and_resumes_from_the_store(tmp_path):
+    objectives = [{"key": "decode_step_ns", "goal": "minimize", "select": {}}]
+    path = _spec(tmp_path, _search("tpe", 8, objectives))
+    a = _sweep(str(path), "--workers", "2", "--out", str(tmp_path / "a"))
+    b = _sweep(str(path), "--workers", "1", "--out", str(tmp_path / "b"))
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    rows = _rows(tmp_path / "a" / "points.csv")
+    assert rows == _rows(tmp_path / "b" / "points.csv") and 1 <= len(rows) <= 8
+    result = CliRunner().invoke(main, ["sweep", str(path), "--out", str(tmp_path / "a"), "--resume"])
+    assert result.exit_code == 0 and "(0 computed now" in result.output, result.output
+
+
+def test_nsga2_writes_the_pareto_front(tmp_path):
+    objectives = [{"key": "decode_step_ns", "goal": "minimize"}, {"key": "tokens_per_s", "goal": "maximize"}]
+    path = _spec(tmp_path, _search("nsga2", 12, objectives))
+    result = _sweep(str(path), "--workers", "2", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    points = _rows(tmp_path / "out" / "points.csv")
+    front = _rows(tmp_path / "out" / "pareto.csv")
+    by_axes = {(r["workload.batch"], r["contexts"]): r for r in points}
+    assert front and all(by_axes[(r["workload.batch"], r["contexts"])].items() >= r.items() for r in front)
+
+    def values(row):
+        (step,) = [float(v) for k, v in row.items() if k.endswith(".decode_step_ns") and v]
+        (tps,) = [float(v) for k, v in row.items() if k.endswith(".tokens_per_s") and v]
+        return step, tps
+    for row in front:  # nothing in the sweep dominates a front point
+        s, t = values(row)
+        assert not any(s2 <= s and t2 >= t and (s2, t2) != (s, t) for s2, t2 in map(values, points))
+    assert (tmp_path / "out" / "pareto.png").stat().st_size > 5000
+
+
+# -- the keys sweeps added -------------------------------------------------------------------------------------
+
+def test_bandwidth_scale_multiplies_every_links_raw_rate_and_workload_overrides_apply():
+    from archsim.errors import ConfigError
+    from archsim.system import load_system_config, load_workload
+
+    base = load_system_config("g25").topology
+    scaled = load_system_config("g25", ["system.interconnect.bandwidth_scale=2.5"]).topology
+    assert [link.bandwidth_GBps * 2.5 for link in base.links] == [link.bandwidth_GBps for link in scaled.links]
+    assert [link.reverse_bandwidth_GBps * 2.5 for link in base.links] == \
+        [link.reverse_bandwidth_GBps for link in scaled.links]
+    with pytest.raises(ConfigError, match="must be positive") as err:
+        load_system_config("g25", ["system.interconnect.bandwidth_scale=0"])
+    assert err.value.where == "system.interconnect.bandwidth_scale"
+    assert load_workload("llama3-8b-b1", ["workload.batch=3"]).batch == 3
+    pool = load_system_config("g25", ["system.pool.memory.timing.tFAW=40ns"]).pool
+    assert pool.memory.timing.tFAW != load_system_config("g25").pool.memory.timing.tFAW
+    assert pool.memory.timing.tFAW == load_system_config("g25", ["system.pool.memory_set={timing.tFAW: 40ns}"]) \
+        .pool.memory.timing.tFAW
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_workload("llama3-8b-b1", ["workload.batchx=3"])
+
+
+def test_simulate_set_takes_workload_keys(tmp_path):
+    out = tmp_path / "s.json"
+    result = CliRunner().invoke(main, ["simulate", "gpu-hbm", "--workload", "llama3-8b-b1", "--contexts", "4K",
+                                       "--set", "workload.instances=1", "--set", "workload.batch=4", "--quiet",
+                                       "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["workload"]["batch"] == 4
+    line = _error_line(CliRunner().invoke(main, ["simulate", "gpu-hbm", "--workload", "llama3-8b-b1",
+                                                 "--set", "scenario.x=1"]))
+    assert "--set: 'scenario.x=1': a --set key starts with system. or workload." in line
+
+
+def test_sensitivity_plots_per_axis_from_the_store(tmp_path):
+    out = tmp_path / "out"
+    assert _sweep(str(_spec(tmp_path)), "--workers", "1", "--out", str(out)).exit_code == 0
+    pngs = sorted(p.name for p in (out / "sensitivity").iterdir())
+    assert pngs == ["00-workload.batch.png", "01-contexts.png", "02-system.gpus.count.png",
+                    "03-workload.tensor_parallel.png"]
+    assert all((out / "sensitivity" / name).stat().st_size > 5000 for name in pngs)
+    from archsim.sweep.runner import plan, sensitivity
+    from archsim.sweep.store import Store
+
+    spec = load_spec(tmp_path / "spec.yaml")
+    store = Store(out / "points.sqlite")
+    try:
+        rows = store.rows()
+    finally:
+        store.close()
+    by_batch = sensitivity(spec, plan(spec), rows, "workload.batch")
+    csv_rows = _rows(out / "points.csv")
+    for value, best, _median, worst in by_batch:  # the 4K entry's decode step over the points with this batch
+        steps = [float(r["gpu-hbm.4096.decode_step_ns"]) for r in csv_rows if r["workload.batch"] == str(value)
+                 and r["gpu-hbm.4096.decode_step_ns"]]
+        assert (best, worst) == (min(steps), max(steps))
+    assert [v for v, *_ in by_batch] == [1, 4]
+
+
+# -- serve points ----------------------------------------------------------------------------------------------
+
+def test_serve_points_with_seed_replicas_match_the_serve_command(tmp_path):
+    spec = {"sweep": {"name": "serve", "command": "serve",
+                      "inputs": {"systems": ["gpu-hbm"], "scenario": "multiturn", "requests": 50},
+                      "axes": {"scenario.arrivals.rate_per_s": [1.0, 4.0], "seed": [0, 1]},
+                      "objectives": [{"key": "ttft_ms.p99", "goal": "minimize", "select": {"system": "gpu-hbm"}}],
+                      "constraints": [{"key": "throughput_tokens_per_s", "min": 1.0}]}}
+    path = _write(tmp_path / "serve.yaml", spec)
+    result = _sweep(str(path), "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    assert [(r["scenario.arrivals.rate_per_s"], r["seed"]) for r in rows] == [("1.0", "0"), ("1.0", "1"),
+                                                                             ("4.0", "0"), ("4.0", "1")]
+    out = tmp_path / "direct.json"
+    direct = CliRunner().invoke(main, ["serve", "gpu-hbm", "--scenario", "multiturn", "--requests", "50", "--seed",
+                                       "1", "--set", "scenario.arrivals.rate_per_s=4.0", "--quiet", "--json",
+                                       str(out)])
+    assert direct.exit_code == 0, direct.output
+    entry = json.loads(out.read_text())["results"][0]
+    from archsim.sweep.commands import SERVE_RESULT_KEYS
+
+    assert set(entry) == SERVE_RESULT_KEYS
+    assert float(rows[3]["gpu-hbm.ttft_ms.p99"]) == entry["ttft_ms"]["p99"]
+    assert float(rows[3]["gpu-hbm.energy_J_per_token"]) == entry["energy_J_per_token"]
+    assert rows[0]["gpu-hbm.ttft_ms.p99"] != rows[1]["gpu-hbm.ttft_ms.p99"]  # replicas differ by seed
+
+
+def test_timeout_and_memory_cap_fail_a_point_and_the_sweep_goes_on(tmp_path):
+    from archsim.sweep.runner import run_point
+
+    inputs = {"system": "gpu-hbm", "workload": "llama3-8b-b1", "contexts": "4K"}
+    ok = run_point("simulate", inputs, ["workload.instances=1"], 60.0, 64 * 2**30)
+    assert ok["status"] == "ok" and ok["result"]["results"][0]["decode_step_ns"] > 0
+    serve = {"systems": ["gpu-hbm"], "scenario": "multiturn", "requests": 400_000}
+    capped = run_point("serve", serve, [], None, 64 * 2**20)  # below the process's own size: any mmap fails
+    assert capped["status"] == f"failed: memory cap of {64 * 2**20:,} bytes exceeded" and capped["result"] is None
+    late = run_point("serve", serve, [], 0.5, None)
+    assert late["status"] == "failed: timeout after 0.5 s" and late["wall_s"] < 5
+    assert run_point("simulate", inputs, ["workload.instances=1"], None, None)["result"] == ok["result"]

@@ -1,0 +1,89 @@
+"""`archsim sweep` on Dask: a LocalCluster (`--scheduler local:2`) and a real `dask scheduler` with two
+`dask worker` processes on localhost (`tcp://127.0.0.1:PORT`) give the same rows as local processes; a
+scheduler that does not answer is one line within --connect-timeout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from archsim.cli import main
+from tests.conftest import REPO
+from tests.test_sweep import _error_line, _rows, _spec
+
+if not os.environ.get("CI"):
+    pytest.importorskip("distributed", reason="the dse extra (pip install '.[dse]')")
+
+pytestmark = pytest.mark.system
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, ["sweep", *args, "--quiet"])
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ref")
+    path = _spec(tmp)
+    assert _run(str(path), "--workers", "2", "--out", str(tmp / "out")).exit_code == 0
+    return path, _rows(tmp / "out" / "points.csv")
+
+
+def test_local_cluster_gives_the_rows_of_local_processes(tmp_path, reference):
+    path, rows = reference
+    result = _run(str(path), "--scheduler", "local:2", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    assert _rows(tmp_path / "out" / "points.csv") == rows and len(rows) == 8
+
+
+def test_tcp_scheduler_and_workers_on_localhost(tmp_path, reference):
+    path, rows = reference
+    port = _free_port()
+    dask = shutil.which("dask") or pytest.fail("the dask command is missing (pip install '.[dse]')")
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), "--no-dashboard"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--host", "127.0.0.1",
+                                       "--nworkers", "2", "--nthreads", "1", "--no-dashboard"],
+                                      env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        result = _run(str(path), "--scheduler", f"tcp://127.0.0.1:{port}", "--connect-timeout", "30",
+                      "--out", str(tmp_path / "out"))
+        assert result.exit_code == 0, result.output
+        assert _rows(tmp_path / "out" / "points.csv") == rows
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in reversed(procs):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_a_scheduler_that_does_not_answer_is_one_line_within_the_timeout(tmp_path):
+    start = time.perf_counter()
+    line = _error_line(_run(str(_spec(tmp_path)), "--scheduler", f"tcp://127.0.0.1:{_free_port()}",
+                            "--connect-timeout", "2", "--out", str(tmp_path / "out")))
+    assert time.perf_counter() - start < 15
+    assert "--scheduler: no Dask scheduler answered at tcp://127.0.0.1:" in line and "within 2 s" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_scheduler_address_is_one_line(tmp_path):
+    line = _error_line(_run(str(_spec(tmp_path)), "--scheduler", "udp://x", "--out", str(tmp_path / "out")))
+    assert "--scheduler: expected tcp://HOST:PORT or local:N" in line
+
+
