@@ -54,15 +54,11 @@ def plan_command(systems: Sequence[str], workload_path: str, objective: str, can
     from archsim.plan.validate import validate as run_validation
     from archsim.report.output import write_json
     from archsim.system.cli import _contexts, _inputs
-    from archsim.system.config import load_system_config
+    from archsim.system.config import load_system_configs
     from archsim.system.workload import load_workload
 
     start = time.perf_counter()
-    configs = [load_system_config(s) for s in systems]
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    configs = load_system_configs(systems)
     workload = load_workload(workload_path)
     wanted = _names(candidates)
     grid = parse_grid(grid_spec or "", workload) if validate or grid_spec else None
@@ -73,7 +69,7 @@ def plan_command(systems: Sequence[str], workload_path: str, objective: str, can
     outputs.add(json_path, "--json")
     outputs.add(plot_path, "--plot", kind="plot")
     tree: dict = {"schema": SCHEMA, "workload": workload.name, "model": workload.shape.name,
-                  "objective": objective, "systems": names}
+                  "objective": objective, "systems": [c.name for c in configs]}
     if validate:
         assert grid is not None
         tree["grid"] = {"contexts": list(grid.contexts), "batches": list(grid.batches),

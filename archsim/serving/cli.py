@@ -105,7 +105,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     from archsim.serving.plots import plot
     from archsim.serving.run import SCHEMA, requests_lines, result_entry, run_system
     from archsim.serving.scenario import load_scenario
-    from archsim.system.config import load_system_config
+    from archsim.system.config import load_system_configs
     from archsim.units import parse_time_ns
 
     start = time.perf_counter()
@@ -118,11 +118,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     if unknown:
         raise ConfigError(f"{unknown[0]!r}: a --set key starts with scenario. or system.", where="--set")
     scenario = load_scenario(scenario_path, [o for o in overrides if o.strip().startswith("scenario.")])
-    configs = [load_system_config(s, [o for o in overrides if o.strip().startswith("system.")]) for s in systems]
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    configs = load_system_configs(systems, [o for o in overrides if o.strip().startswith("system.")])
     inputs = [c.file for c in configs if c.file] + ([scenario.file] if scenario.file else [])
     outputs = OutputPlan(inputs=[f for f in inputs if f])
     outputs.add(json_path, "--json")

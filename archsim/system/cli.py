@@ -123,16 +123,12 @@ def compare(systems: Sequence[str], workload_path: str, contexts: str | None, js
     """Several systems side by side on one workload: a table, JSON and a plot per system and context."""
     from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
-    from archsim.system.config import load_system_config
+    from archsim.system.config import load_system_configs
     from archsim.system.report import plot, render_table, result_tree, run_comparison
     from archsim.system.workload import load_workload
 
     start = time.perf_counter()
-    configs = [load_system_config(s) for s in systems]
-    names = [c.name for c in configs]
-    if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
-        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    configs = load_system_configs(systems)
     workload = load_workload(workload_path)
     outputs = OutputPlan(inputs=_inputs(configs, workload))
     outputs.add(json_path, "--json")

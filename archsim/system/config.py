@@ -30,6 +30,7 @@ Unknown keys, missing keys, bad units and inconsistent values are ConfigErrors n
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,17 @@ class SystemConfig:
         assert self.topology is not None
         names = [e.name for e in self.topology.endpoints.values() if e.group == self.gpus.endpoint]
         return names[:n]
+
+
+def load_system_configs(names: Sequence[str], overrides: Sequence[str] = ()) -> list[SystemConfig]:
+    """Several systems for one comparison, each with the same overrides; two with one name are refused, since
+    their results could not be told apart."""
+    configs = [load_system_config(n, tuple(overrides)) for n in names]
+    seen = [c.name for c in configs]
+    dup = next((n for n in seen if seen.count(n) > 1), None)
+    if dup is not None:
+        raise ConfigError(f"two systems are named {dup!r}: results would be ambiguous", where="system.name")
+    return configs
 
 
 def resolve_system_path(name_or_path: str | Path) -> Path:
