@@ -94,7 +94,8 @@ def test_the_installed_wheel_runs_compare_pnm_and_replay_outside_the_repository(
     assert cold["compare.json"] == warm["compare.json"]
     assert cold["serve.json"] == warm["serve.json"] and cold["serve.json"]["results"][0]["status"] == "ok"
     assert cold["serve.json"]["scenario_file"] == "configs/scenarios/multiturn.yaml"
-    assert warm["replay.json"]["sim"]["compile_s"] < cold["replay.json"]["sim"]["compile_s"]
+    # warm, the replay's kernel came from numba's cache (cold it may too, when pnm run compiled the same variant)
+    assert warm["replay.json"]["sim"]["kernel_cache"] == "hit"
     assert cold["replay.json"]["memory"] == warm["replay.json"]["memory"]
     text = (tmp_path / "compare.json").read_text()
     assert '"configs/systems/g25.yaml"' in text and "site-packages" not in text
