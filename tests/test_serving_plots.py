@@ -15,8 +15,12 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from archsim.serving import plots  # noqa: E402
-from archsim.serving.cli import _requests_source  # noqa: E402
-from archsim.serving.run import SystemRun, result_entry, run_system  # noqa: E402
+from archsim.serving.run import (  # noqa: E402
+    SystemRun,
+    requests_source,  # noqa: E402
+    result_entry,
+    run_system,
+)
 from archsim.serving.scenario import load_scenario  # noqa: E402
 from archsim.system.config import load_system_config  # noqa: E402
 
@@ -28,7 +32,7 @@ SYSTEMS = ("gpu-hbm", "host-dram")
 @pytest.fixture(scope="module")
 def served():
     scenario = load_scenario("multiturn", [])
-    requests_for = _requests_source(scenario, 120, None, 0)
+    requests_for = requests_source(scenario, 120, None, 0)
     runs = [run_system(load_system_config(s, []), scenario, requests_for, warmup=10) for s in SYSTEMS]
     blocked = SystemRun(load_system_config("nvme", []), "infeasible: the KV store is full (test)")
     runs.append(blocked)

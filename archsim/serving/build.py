@@ -21,7 +21,7 @@ from archsim.serving.spec import ServingSpec, TierSpec, validate
 from archsim.system.config import SystemConfig
 from archsim.system.gpu import gpu_work, hbm_room_bytes
 from archsim.system.kvstream import kv_geometry
-from archsim.system.links import analytic_share_GBps
+from archsim.system.links import analytic_share_GBps, route_latency_ns
 from archsim.system.workload import Workload
 
 
@@ -92,9 +92,7 @@ def _link(system: SystemConfig, endpoint: str, tp: int) -> tuple[float, float]:
     mine = every[:tp]
     alone = analytic_share_GBps(topology, mine, endpoint, None) * len(mine)
     together = analytic_share_GBps(topology, every, endpoint, None) * len(mine)
-    route = topology.route(endpoint, mine[0])
-    return min(alone, max(together, alone / max(1, len(every) // tp))), \
-        route.latency_ns + topology.endpoints[endpoint].access_latency_ns
+    return min(alone, together), route_latency_ns(topology, endpoint, mine[0])
 
 
 def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> StepCostTable:

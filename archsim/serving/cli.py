@@ -58,18 +58,6 @@ def fabric_ratios(entries: Sequence[dict]) -> dict[str, float | None]:
     return out
 
 
-def _requests_source(scenario: Any, n_requests: int | None, duration_ns: float | None, seed: int) -> Any:
-    cache: dict[int, Any] = {}
-
-    def requests_for(block_tokens: int) -> Any:
-        if block_tokens not in cache:
-            cache[block_tokens] = scenario.requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
-                                                    block_tokens=block_tokens)
-        return cache[block_tokens]
-
-    return requests_for
-
-
 @click.command("serve")
 @click.argument("systems", nargs=-1, required=True)
 @click.option("--scenario", "scenario_path", required=True,
@@ -103,7 +91,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     from archsim.report.timeline import parse_window, serving_timeline
     from archsim.resources import display_path
     from archsim.serving.plots import plot
-    from archsim.serving.run import SCHEMA, requests_lines, result_entry, run_system
+    from archsim.serving.run import SCHEMA, requests_lines, requests_source, result_entry, run_system
     from archsim.serving.scenario import load_scenario
     from archsim.system.config import load_system_configs
     from archsim.units import parse_time_ns
@@ -126,7 +114,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.add(requests_path, "--requests-out")
     outputs.add(timeline_path, "--timeline")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
-    requests_for = _requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
+    requests_for = requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
     runs, entries = [], []
     with progress_bar(len(configs), "system", "serve", quiet) as bar:
         for config in configs:

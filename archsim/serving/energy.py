@@ -26,6 +26,7 @@ from archsim.serving.costs import StepCostTable
 from archsim.serving.engine import ServingResult
 from archsim.system.config import SystemConfig
 from archsim.system.gpu import gpu_work
+from archsim.system.mixed import attention_constants
 from archsim.system.workload import Workload
 
 DEVICE_ACTION = {"host_dram": ("host_dram.bit", 8.0), "nvme": ("nvme.byte", 1.0), "rdma": ("host_dram.bit", 8.0)}
@@ -60,7 +61,8 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     pnm_home = spec.tiers[spec.kv_home].compute == "pnm"
     layers = shape.num_layers
     heads = shape.num_attention_heads
-    per_pair_flops = 2.0 * heads * (table_attention_width(table))  # scores + weighted sum, per layer
+    macs_per_pair = attention_constants(shape, dtype)[3]  # qk + out dims per query head
+    per_pair_flops = 2.0 * heads * macs_per_pair  # scores + weighted sum, per layer
     flops = (work.layer_flops * layers + work.epilogue_flops) * (prefill_tokens + decode_tokens)
     flops += per_pair_flops * layers * (prefill_pairs + (0.0 if pnm_home else decode_pairs))
     hbm_bytes = float(work.weight_bytes) * result.iterations
@@ -84,14 +86,6 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
             counts["dram.read_bit.host"] = counts.get("dram.read_bit.host", 0.0) + 8.0 * read
             counts["dram.write_bit.host"] = counts.get("dram.write_bit.host", 0.0) + 8.0 * written
     return counts
-
-
-def table_attention_width(table: StepCostTable) -> float:
-    """MACs per score and weighted-sum pair per query head (qk + out dims), from the model's KV geometry."""
-    from archsim.system.kvstream import kv_geometry
-
-    geo = kv_geometry(table.workload.shape, table.workload.dtype, 1, 0)
-    return float(geo.qk_dim + geo.out_dim)
 
 
 def _route_bits(system: SystemConfig, endpoint: str | None, payload_bytes: float) -> dict[str, float]:

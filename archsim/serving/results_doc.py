@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from archsim.serving.requests import RequestTable, mix
-from archsim.serving.run import SystemRun, run_system
+from archsim.serving.run import SystemRun, requests_source, run_system
 from archsim.serving.scenario import load_scenario
 from archsim.system.config import load_system_config
 
@@ -24,14 +24,7 @@ THROUGHPUT_CONTEXTS = (4096, 32768, 98304)  # inputs + 256 output tokens within 
 def _runs(scenario_name: str, systems: Sequence[str], requests: int, overrides: Sequence[str] = (),
           transform: Any = None) -> tuple[dict[str, SystemRun], Any]:
     scenario = load_scenario(scenario_name, list(overrides))
-    cache: dict[int, RequestTable] = {}
-
-    def requests_for(block_tokens: int) -> RequestTable:
-        if block_tokens not in cache:
-            table = scenario.requests(n_requests=requests, seed=0, block_tokens=block_tokens)
-            cache[block_tokens] = transform(table) if transform else table
-        return cache[block_tokens]
-
+    requests_for = requests_source(scenario, requests, None, 0, transform)
     runs = {name: run_system(load_system_config(name), scenario, requests_for, warmup=0) for name in systems}
     return runs, requests_for
 

@@ -3,6 +3,7 @@ turn its result into an `archsim.serving/1` entry."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,23 @@ class SystemRun:
     result: ServingResult | None = None
     cost: StepCostTable | None = None
     metrics: dict[str, Any] | None = None
+
+
+def requests_source(scenario: Scenario, n_requests: int | None, duration_ns: float | None, seed: int,
+                    transform: Callable[[RequestTable], RequestTable] | None = None
+                    ) -> Callable[[int], RequestTable]:
+    """The scenario's requests keyed in blocks of a given size, drawn once per block size, so every system of a
+    comparison with that size serves the same table (`transform`: applied once to each drawn table)."""
+    cache: dict[int, RequestTable] = {}
+
+    def requests_for(block_tokens: int) -> RequestTable:
+        if block_tokens not in cache:
+            table = scenario.requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
+                                      block_tokens=block_tokens)
+            cache[block_tokens] = transform(table) if transform else table
+        return cache[block_tokens]
+
+    return requests_for
 
 
 def model_limits(scenario: Scenario) -> tuple[Any, str, int]:

@@ -9,11 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from archsim.errors import ConfigError
-
-TIER_KINDS = ("hbm", "pool", "host_dram", "nvme", "rdma")
-ROUTERS = ("round_robin", "least_loaded", "prefix")
-PREEMPTIONS = ("recompute", "swap")
-DECODE_MODES = ("load", "stream")
+from archsim.system.serving_config import DECODE_MODES, PREEMPTIONS, ROUTERS, TIER_KINDS  # the system file's words
 
 
 class IterationCost(Protocol):

@@ -166,12 +166,12 @@ def _check_serve(inputs: dict[str, Any], overrides: list[str]) -> None:
 
 
 def _run_serve(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    from archsim.serving.cli import _requests_source, fabric_ratios
-    from archsim.serving.run import SCHEMA, result_entry, run_system
+    from archsim.serving.cli import fabric_ratios
+    from archsim.serving.run import SCHEMA, requests_source, result_entry, run_system
 
     configs, scenario = _build_serve(inputs, overrides)
     opts = _serve_options(inputs)
-    requests_for = _requests_source(scenario, opts["requests"], opts["duration_ns"], opts["seed"])
+    requests_for = requests_source(scenario, opts["requests"], opts["duration_ns"], opts["seed"])
     entries = [result_entry(run_system(c, scenario, requests_for, warmup=opts["warmup_requests"]), scenario)
                for c in configs]
     return {"schema": SCHEMA, "scenario": scenario.name, "scenario_file": scenario.file, "seed": opts["seed"],

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from archsim.gpu.model import allreduce_ns, elementwise_ns, gemm_ns, layer_time_ns
 from archsim.gpu.preset import GpuPreset
 from archsim.gpu.shape import DTYPES, LayerShape
@@ -93,9 +91,15 @@ def _layer_kernels_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, prese
     if shape.attention == "gqa" and not shape.n_routed_experts and dtype in DTYPES:
         layer = LayerShape.from_model(shape, dtype)
         return float(layer_time_ns(layer, tokens, tp, preset).layer_ns)
-    # MoE / MLA: the same kernel models over the layer's own projections, mean over its layer kinds
-    times = [_ops_layer_ns(shape, layer, dtype, tokens, tp, preset) for layer in range(shape.num_layers)]
-    return float(np.mean(times))
+    # MoE / MLA: the same kernel models over the layer's own projections, mean over the layers; a layer is dense
+    # or MoE, so each kind is timed once (the first `dense` layers are dense, the rest MoE when experts exist)
+    L = shape.num_layers
+    dense = min(L, shape.first_k_dense_replace) if shape.n_routed_experts else L
+    total = 0.0
+    for first, count in ((0, dense), (dense, L - dense)):
+        if count:
+            total += count * _ops_layer_ns(shape, first, dtype, tokens, tp, preset)
+    return total / L
 
 
 # row-parallel projections split their input over the tensor-parallel GPUs; the small MLA down-projections

@@ -58,7 +58,8 @@ def analytic_share_GBps(topology: Topology, gpus: list[str], src_of: str | None,
     return min(min(h.capacity_GBps / users[topology.resource(h)] for h in r.hops) for r in routes)
 
 
-def _route_latency(topology: Topology, a: str, b: str) -> float:
+def route_latency_ns(topology: Topology, a: str, b: str) -> float:
+    """One way from endpoint a to b: the route's links and switches plus a's access latency."""
     return topology.route(a, b).latency_ns + topology.endpoints[a].access_latency_ns
 
 
@@ -84,7 +85,7 @@ def fetch_traffic(topology: Topology, gpus: list[str], home: str, geo: KvGeometr
     last = max(r.last_byte_sent_ns for r in kv)
     rate = geo.layer_bytes / (last - first) if last > first else None
     makespan = max(r.completion_ns for r in kv)
-    return LayerTraffic((sched,), (makespan,), rate, _route_latency(topology, home, gpus[0]))
+    return LayerTraffic((sched,), (makespan,), rate, route_latency_ns(topology, home, gpus[0]))
 
 
 def pnm_traffic(topology: Topology, gpus: list[str], pool: str, geo: KvGeometry) -> LayerTraffic:
@@ -92,7 +93,7 @@ def pnm_traffic(topology: Topology, gpus: list[str], pool: str, geo: KvGeometry)
     flows_in, flows_out = pnm_flows(gpus, pool, geo)
     inbound, outbound = simulate_flows(topology, flows_in), simulate_flows(topology, flows_out)
     return LayerTraffic((inbound, outbound), (inbound.makespan_ns, outbound.makespan_ns), None,
-                        _route_latency(topology, gpus[0], pool))
+                        route_latency_ns(topology, gpus[0], pool))
 
 
 def collectives_on_fabric(topology: Topology, gpus: list[str]) -> bool:
