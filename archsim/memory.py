@@ -21,7 +21,9 @@ from archsim.config.memory import (
     MemoryConfig,
 )
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
-from archsim.controller.kernel import SPECIALIZED_SHAPES, KernelVariant, compiled_kernel, run_kernel
+from archsim.controller.kernel import PLAIN, SPECIALIZED_SHAPES, KernelVariant, compiled_kernel, run_kernel
+from archsim.controller.records import CommandLogArrays, KernelState, RequestArrays, RequestOutcomes
+from archsim.controller.schedulers import EXTERNAL
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import EMPTY_TRACE, TraceError
@@ -122,20 +124,30 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_RRATE] = int(round(c.reservation_share * K.TOKEN / t.tBURST))
     prm[K.P_RCAP] = c.reservation_burst * K.TOKEN
     prm[K.P_AGECAP] = c.age_cap_cycles
+    prm[K.P_BPR] = org.bankgroups * org.banks_per_group
+    prm[K.P_BPP] = org.banks_per_pseudo_channel
+    prm[K.P_WORDS] = mask_words(org.banks_per_pseudo_channel)
+    prm[K.P_SH_PCS] = _pow2_shift(org.pseudo_channels)
+    prm[K.P_SH_BPR] = _pow2_shift(org.bankgroups * org.banks_per_group)
     return prm
 
 
+def _pow2_shift(divisor: int) -> int:
+    """log2 of a power of two, else -1 (the kernel then divides: `request_lists.quotient`)."""
+    return divisor.bit_length() - 1 if divisor & (divisor - 1) == 0 else -1
+
+
 def kernel_variant(prm: np.ndarray) -> KernelVariant:
-    """Which compiled kernel runs these parameters: the general one if a feature beyond the defaults (FR-FCFS, the
-    shared port arbiter without age cap, no bank queues, watermark write drains, no refresh hold) is on, else the
-    plain one, compiled for the organization's shape when it is one of `SPECIALIZED_SHAPES`."""
-    plain = (prm[K.P_BQD] == 0 and prm[K.P_SCHED] == K.SCHED_FRFCFS and prm[K.P_ARB] == K.ARB_SHARED
-             and prm[K.P_AGECAP] == 0 and prm[K.P_TICK] == 0 and prm[K.P_IDLE] < 0 and prm[K.P_REFHOLD] == 0)
-    if not plain:
-        return KernelVariant(general=True)
-    banks_per_pc = int(prm[K.P_RANKS] * prm[K.P_BGS] * prm[K.P_BANKS])
-    shape = (int(prm[K.P_PCS]), int(prm[K.P_RANKS]), mask_words(banks_per_pc))
-    return KernelVariant(False, *shape) if shape in SPECIALIZED_SHAPES else KernelVariant(general=False)
+    """Which compiled kernel runs these parameters: the variant of a scheduler registered from outside the
+    package; the plain kernel of a shipped standard's shape (`kernel.SPECIALIZED_SHAPES`) when every parameter
+    `kernel.PLAIN` freezes has its default; else the general one, which dispatches on every built-in code."""
+    code = int(prm[K.P_SCHED])
+    if code in EXTERNAL:
+        return KernelVariant(scheduler=code)
+    shape = (int(prm[K.P_PCS]), int(prm[K.P_RANKS]), int(prm[K.P_WORDS]))
+    if shape in SPECIALIZED_SHAPES and all(int(prm[getattr(K, slot)]) == value for slot, value in PLAIN.items()):
+        return KernelVariant(-1, *shape)
+    return KernelVariant()
 
 
 def mask_words(banks_per_pseudo_channel: int) -> int:
@@ -192,15 +204,16 @@ class MemorySession:
                          "rf": np.zeros(n, dtype=np.int64)}
         self.bind(0, n, self.requests.address, self.requests.is_write)
         d = self._derived
-        self._inputs = (self.requests.timestamp_cycles, d["pc"], d["bank"], d["row"], self.requests.is_write,
-                        d["addr"], d["gb"], d["bgf"], d["rf"], self.requests.source,
-                        *_port_order(self.requests.source))
+        self._inputs = RequestArrays(self.requests.timestamp_cycles, d["pc"], d["bank"], d["row"],
+                                     self.requests.is_write, d["addr"], d["gb"], d["bgf"], d["rf"],
+                                     self.requests.source, *_port_order(self.requests.source))
         self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
         self._variant = kernel_variant(self._prm)
         # gap[level, command, next command] (dram/timing_table.py), flat; the kernel reads only the cells with a rule
         self._gaps = compile_timing_table(cfg.timing).reshape(-1)
         self._scal = np.zeros(K.N_SCALARS, dtype=np.int64)
-        self._scratch = np.zeros(4 + cfg.organization.n_channels, dtype=np.int64)  # the kernel's per-call work space
+        # the kernel's work space within a call (controller/codes.py SCR_*)
+        self._scratch = np.zeros(K.SCR_DUE + cfg.organization.n_channels, dtype=np.int64)
         self._outputs = _request_outputs(n)
         self._state, self._named = _kernel_state(cfg, n)
         self._named["port_ptr"][:] = self._inputs[-1][:2]  # each port starts at its first request
@@ -295,7 +308,7 @@ class MemorySession:
                                    f"a scheduler livelock, please report it with the trace and config")
             if self._scal[K.S_LOGOVF]:
                 self._scal[K.S_LOGOVF] = 0
-                self._log = tuple(np.concatenate([a, np.zeros_like(a)]) for a in self._log)
+                self._log = CommandLogArrays(*(np.concatenate([a, np.zeros_like(a)]) for a in self._log))
                 continue
             after = (int(self._scal[K.S_PTR]), int(self._scal[K.S_T]))
             if self._scal[K.S_DONE] or after[0] >= stop or after[1] >= cycle or after == before:
@@ -352,13 +365,13 @@ def _port_order(source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
-def _request_outputs(n: int) -> tuple[np.ndarray, ...]:
+def _request_outputs(n: int) -> RequestOutcomes:
     """accept, ready, done, class, bank_conflict per request."""
-    return (np.full(n, -1, dtype=np.int64), np.full(n, K.INF, dtype=np.int64), np.full(n, -1, dtype=np.int64),
-            np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.uint8))
+    return RequestOutcomes(np.full(n, -1, dtype=np.int64), np.full(n, K.INF, dtype=np.int64),
+                           np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.uint8))
 
 
-def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], dict[str, np.ndarray]]:
+def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[KernelState, dict[str, np.ndarray]]:
     """Bank, queue, refresh and port-arbitration state in the kernel's argument order, plus the arrays the
     caller reads back by name."""
     org, c = cfg.organization, cfg.controller
@@ -413,14 +426,15 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[tuple[np.ndarray, ...], di
     qos_counts = per(8)
     cmd_count = per(K.NCMD)
     refresh = (ref_due, per(n_rank), qos_counts, chan_next, cmd_count)
-    return (*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
+    return KernelState(*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,
                                                                          "cmd_count": cmd_count,
                                                                          "port_ptr": port_ptr}
 
 
-def _log_arrays(capacity: int) -> tuple[np.ndarray, ...]:
-    return (np.zeros(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int8), np.zeros(capacity, dtype=np.int32),
-            np.zeros(capacity, dtype=np.int32), np.zeros(capacity, dtype=np.int64))
+def _log_arrays(capacity: int) -> CommandLogArrays:
+    return CommandLogArrays(np.zeros(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int8),
+                            np.zeros(capacity, dtype=np.int32), np.zeros(capacity, dtype=np.int32),
+                            np.zeros(capacity, dtype=np.int64))
 
 
 def _progress_bar(n: int) -> Any:
@@ -435,10 +449,12 @@ _PREPARED: dict[KernelVariant, str] = {}
 
 def describe_variant(cfg: MemoryConfig, variant: KernelVariant) -> str:
     """What a kernel variant is compiled for, in words, for the one-line compile notice."""
-    kind = "general" if variant.general else "plain"
-    shape = (f", {variant.pseudo_channels} pseudo-channel(s) x {variant.ranks} rank(s)"
-             if variant.pseudo_channels else "")
-    return f"{cfg.standard} ({kind} kernel{shape})"
+    if variant.pseudo_channels > 0:
+        return (f"{cfg.standard} (the plain kernel: default controller, {variant.pseudo_channels} pseudo-channel(s) x "
+                f"{variant.ranks} rank(s))")
+    if variant.scheduler < 0:
+        return f"{cfg.standard} (the general kernel, every built-in controller feature)"
+    return f"{cfg.standard} (the kernel with scheduler {EXTERNAL[variant.scheduler][0]!r})"
 
 
 def prepare_kernel(variant: KernelVariant, args: tuple, what: str) -> str:
@@ -448,7 +464,7 @@ def prepare_kernel(variant: KernelVariant, args: tuple, what: str) -> str:
 
     dispatcher = compiled_kernel(variant)
     if not _on_disk(dispatcher) and sys.stderr.isatty():
-        print(f"archsim: compiling the memory kernel for {what}: first run only, 1-3 minutes on 2 cores; "
+        print(f"archsim: compiling the memory kernel for {what}: first run only, 25-50 s on 2 cores; "
               f"later runs load it from numba's cache", file=sys.stderr, flush=True)
     dispatcher.compile(tuple(numba.typeof(a) for a in args))
     outcome = "hit" if sum(dispatcher.stats.cache_hits.values()) else "miss"

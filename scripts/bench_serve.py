@@ -20,7 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from archsim.resources import SOURCE_ROOT
+
+REPO = SOURCE_ROOT  # the repository (archsim.resources: the one place that knows)
 SYSTEMS = ("g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme", "rdma-pool")
 
 

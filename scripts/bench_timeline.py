@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from archsim.resources import SOURCE_ROOT
+
+ROOT = SOURCE_ROOT  # the repository (archsim.resources: the one place that knows)
 MEMORY = ROOT / "configs" / "memory" / "hbm2.yaml"
 MAX_BYTES = 100 * 10**6
 MAX_RATIO = 2.0

@@ -20,11 +20,12 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from archsim.resources import SOURCE_ROOT
+
+ROOT = SOURCE_ROOT  # the repository (archsim.resources: the one place that knows)
 DIGESTS = ROOT / "tests" / "golden" / "digests.json"
 DRAMSIM3_INI = ROOT / "tests" / "data" / "dramsim3" / "HBM2_8Gb_x128.ini"
 

@@ -16,10 +16,11 @@ from archsim.trace.info import summarize
 from archsim.trace.logical import LogicalTrace, is_logical_trace
 from archsim.trace.mapping import PoolPlacement, map_trace
 from archsim.workloads import chat_trace
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
 
-TRACES = Path(__file__).resolve().parent.parent / "traces"
+TRACES = REPO / "traces"
 SHIPPED = sorted(p for p in TRACES.glob("*.npz") if is_logical_trace(p))
 
 

@@ -23,10 +23,10 @@ from archsim.gpu import (
 )
 from archsim.gpu.calibration import allreduce_bin_errors, layer_errors, load_calibration, read_layer_file
 from archsim.models import ModelShape
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.system
 
-REPO = Path(__file__).resolve().parent.parent
 SHAPE_70B = "hidden=8192,heads=64,kv_heads=8,ffn=28672,vocab=32768,gated=true"
 
 

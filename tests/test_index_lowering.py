@@ -15,6 +15,7 @@ from archsim.config.memory import memory_config_from_preset
 from archsim.controller import bank_timing, kernel, request_lists
 from archsim.controller.codes import BANK_COLUMNS, FLAT_ARRAYS, NCMD
 from archsim.controller.index_lowering import kernel_helper, lowered_code, with_lowered_indexing
+from archsim.controller.records import KernelState
 from archsim.memory import MemorySession, _kernel_state, mask_words
 
 pytestmark = pytest.mark.unit
@@ -111,6 +112,33 @@ def test_an_array_passed_flat_must_be_indexed_with_all_its_indices():
     lowered_code(kernel._kernel)  # the kernel itself indexes every flat array in full
 
 
+def _one_pc_row(st, pc):
+    return st.pstate[pc]
+
+
+def test_a_record_field_passed_flat_is_lowered_like_a_name():
+    with pytest.raises(TypeError, match=r"_one_pc_row, line \d+: pstate is passed flat"):
+        lowered_code(_one_pc_row)
+
+
+def test_every_stage_is_compiled_with_lowered_indexing():
+    """Each stage module's compiled functions come from their lowered source (unsigned indices)."""
+    import importlib
+    import pkgutil
+
+    import archsim.controller as package
+
+    stages = []
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        stages += [f for f in vars(module).values() if hasattr(f, "py_func") and f.py_func.__module__ == info.name
+                   and info.name.split(".")[2] in ("stages", "schedulers", "row_policies", "arbiters")]
+    assert len(stages) >= 40
+    for stage in stages:
+        if _computes_an_index(stage.py_func):
+            assert "uint64" in stage.py_func.__code__.co_names, stage.py_func.__qualname__
+
+
 def test_the_rewrite_keeps_the_source_lines_and_the_variant_constants():
     code = lowered_code(bank_timing.act_bound.py_func)
     source_lines, first_line = inspect.getsourcelines(bank_timing.act_bound.py_func)
@@ -154,13 +182,9 @@ def test_every_kernel_helper_is_compiled_with_lowered_indexing():
 
 @pytest.mark.parametrize("preset", ["HBM2", "HBM3"])
 def test_the_kernel_gets_the_arrays_of_flat_rows_flat_and_the_others_as_built(preset):
-    tree = ast.parse(textwrap.dedent(inspect.getsource(kernel._kernel)))
-    unpack = next(node for node in ast.walk(tree) if isinstance(node, ast.Assign)
-                  and isinstance(node.value, ast.Name) and node.value.id == "state")
-    names = [element.id for element in unpack.targets[0].elts]
     state, _ = _kernel_state(memory_config_from_preset(preset), 100)
-    assert len(names) == len(state)
-    arrays = dict(zip(names, state, strict=True))
+    assert isinstance(state, KernelState)  # the stages read the arrays by field name (`st.bstate`)
+    arrays = state._asdict()
     assert set(FLAT_ARRAYS) - {"gaps", "bank_mask"} <= set(arrays)
     cfg = memory_config_from_preset(preset)
     words = mask_words(cfg.organization.banks_per_pseudo_channel)

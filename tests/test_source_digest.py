@@ -47,11 +47,21 @@ def test_an_edit_to_an_inlined_helper_or_constant_in_another_module_changes_the_
     assert _digest_of_fresh_modules(tmp_path, monkeypatch, "return x + 1", 11) != base
 
 
-def test_the_kernel_digest_covers_every_helper_module_and_the_generated_helpers():
-    sources = inlined_sources(kernel._kernel)
+def test_the_kernel_digest_covers_every_stage_and_helper_module_and_the_generated_helpers():
+    sources = inlined_sources(kernel._kernel, kernel.variant_globals(kernel.KernelVariant()))
     modules = {key.rsplit(".", 1)[0] for key in sources if ":" not in key}
-    helpers = {"archsim.controller.kernel", "archsim.controller.bank_timing", "archsim.controller.request_lists"}
-    assert helpers <= modules
+    reached = {"archsim.controller.kernel", "archsim.controller.bank_timing", "archsim.controller.request_lists",
+               "archsim.controller.stages.injection", "archsim.controller.stages.write_drain",
+               "archsim.controller.stages.bank_queues", "archsim.controller.stages.refresh",
+               "archsim.controller.stages.scheduling", "archsim.controller.stages.buses",
+               "archsim.controller.stages.command_issue", "archsim.controller.stages.wakeup",
+               "archsim.controller.schedulers", "archsim.controller.schedulers.frfcfs",
+               "archsim.controller.schedulers.fcfs", "archsim.controller.schedulers.round_robin",
+               "archsim.controller.schedulers.activations", "archsim.controller.arbiters",
+               "archsim.controller.arbiters.wrr", "archsim.controller.arbiters.priority",
+               "archsim.controller.arbiters.reservation", "archsim.controller.row_policies.closed",
+               "archsim.controller.row_policies.open_cap", "archsim.controller.row_policies.timeout"}
+    assert reached <= modules, reached - modules
     # the two helpers generated from the timing rules are covered by their generated source
     assert "gaps[" in sources["archsim.controller.bank_timing.apply_command"]
     assert "archsim.controller.bank_timing.earliest" in sources
@@ -59,8 +69,16 @@ def test_the_kernel_digest_covers_every_helper_module_and_the_generated_helpers(
 
 
 def test_each_variant_has_its_own_digest_and_the_lowering_counts():
-    plain = source_digest(kernel._kernel, {"GENERAL": False}, (index_lowering,))
-    general = source_digest(kernel._kernel, {"GENERAL": True}, (index_lowering,))
-    assert plain != general
-    assert source_digest(kernel._kernel, {"GENERAL": True}) != general
-    assert len(plain) == 12 and int(plain, 16) >= 0
+    from archsim.controller.schedulers import register_scheduler
+    from tests import bank_order_scheduler
+
+    general = kernel.variant_globals(kernel.KernelVariant())
+    code = register_scheduler("bank_order", bank_order_scheduler.choose)
+    other = kernel.variant_globals(kernel.KernelVariant(scheduler=code))
+    plain = kernel.variant_globals(kernel.KernelVariant(-1, 2, 2, 1))
+    digest = source_digest(kernel._kernel, general, (index_lowering,))
+    assert source_digest(kernel._kernel, other, (index_lowering,)) != digest
+    assert kernel.compiled_kernel(kernel.KernelVariant(-1, 2, 2, 1)).py_func.__name__.startswith("_kernel_plain_2pc")
+    assert plain["visit"].py_func.__name__ != general["visit"].py_func.__name__
+    assert source_digest(kernel._kernel, general) != digest
+    assert len(digest) == 12 and int(digest, 16) >= 0

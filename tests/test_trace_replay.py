@@ -10,13 +10,14 @@ from click.testing import CliRunner
 
 from archsim.cli import main
 from archsim.trace.logical import KIND_K, KIND_V, OP_READ, OP_WRITE, LogicalTrace
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.system
 
 
 def test_captured_trace_replays_through_the_dram_model(tmp_path: Path) -> None:
     """End to end: shipped capture -> mapping -> native physical trace -> `archsim replay` on HBM3."""
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO
     memory = repo / "configs" / "memory" / "hbm3.yaml"
     logical_path = repo / "traces" / "tiny-llama_chat.npz"
     if not memory.is_file() or not logical_path.is_file():

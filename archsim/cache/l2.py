@@ -28,9 +28,9 @@ from numba import njit
 
 from archsim.cache.replacement import REPLACEMENT_POLICIES, choose_victim, on_fill, on_hit, policy_id
 from archsim.config.section import Section
+from archsim.controller.codes import SOURCES
 from archsim.units import parse_size_bytes
 
-SOURCES: tuple[str, ...] = ("host", "pnm")
 KINDS: tuple[str, ...] = ("weight", "kv", "activation")
 STATS: tuple[str, ...] = ("hits", "misses", "merged", "evictions", "writebacks")
 HITS, MISSES, MERGED, EVICTIONS, WRITEBACKS = range(5)

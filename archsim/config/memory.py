@@ -20,7 +20,20 @@ from typing import Any
 from archsim.config.overrides import apply_overrides, deep_merge
 from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
-from archsim.controller.codes import SCHED_FCFS, SCHED_FRFCFS, SCHED_ROUND_ROBIN
+from archsim.controller.codes import (
+    ARB_PRIORITY_HOST,
+    ARB_RESERVE,
+    ARB_SHARED,
+    ARB_WRR,
+    POL_CLOSED,
+    POL_OPEN,
+    POL_OPEN_CAP,
+    POL_TIMEOUT,
+    SCHED_FCFS,
+    SCHED_FRFCFS,
+    SCHED_ROUND_ROBIN,
+    SOURCES,
+)
 from archsim.dram.address_map import AddressMapping, parse_address_mapping
 from archsim.dram.spec import Organization, Timing, parse_organization, parse_timing
 from archsim.errors import ConfigError
@@ -37,10 +50,10 @@ SCHEDULERS.add("fcfs", SCHED_FCFS)
 SCHEDULERS.add("round_robin", SCHED_ROUND_ROBIN)
 
 ROW_POLICIES: Registry[int] = Registry("row policy")
-ROW_POLICIES.add("open", 0)
-ROW_POLICIES.add("closed", 1)
-ROW_POLICIES.add("open_cap", 2)
-ROW_POLICIES.add("timeout", 3)
+ROW_POLICIES.add("open", POL_OPEN)
+ROW_POLICIES.add("closed", POL_CLOSED)
+ROW_POLICIES.add("open_cap", POL_OPEN_CAP)
+ROW_POLICIES.add("timeout", POL_TIMEOUT)
 
 REFRESH_MODES: Registry[int] = Registry("refresh mode")
 REFRESH_MODES.add("none", 0)
@@ -48,12 +61,11 @@ REFRESH_MODES.add("all_bank", 1)
 REFRESH_MODES.add("per_bank", 2)
 
 ARBITERS: Registry[int] = Registry("port arbiter")
-ARBITERS.add("shared", 0)  # one FR-FCFS order for both ports
-ARBITERS.add("priority", 1)  # `favor`'s requests first (host or pnm)
-ARBITERS.add("wrr", 3)  # weighted round-robin of column commands between the ports
-ARBITERS.add("reservation", 4)  # token bucket guaranteeing `source` a `share` of column commands
+ARBITERS.add("shared", ARB_SHARED)  # one FR-FCFS order for both ports
+ARBITERS.add("priority", ARB_PRIORITY_HOST)  # `favor`'s requests first (host or pnm)
+ARBITERS.add("wrr", ARB_WRR)  # weighted round-robin of column commands between the ports
+ARBITERS.add("reservation", ARB_RESERVE)  # token bucket guaranteeing `source` a `share` of column commands
 
-SOURCES: tuple[str, ...] = ("host", "pnm")
 
 
 @dataclass(frozen=True)

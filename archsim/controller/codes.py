@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-ACT, PRE, PREA, RD, WR, RDA, WRA, REF, REFPB = 0, 1, 2, 3, 4, 5, 6, 7, 8
-NCMD = 9
+# the command codes are the command log's and the checker's (one source: dram/commands.py)
+from archsim.dram.commands import ACT, PRE, PREA, RD, RDA, REF, REFPB, WR, WRA  # noqa: F401 (re-exported)
+from archsim.dram.commands import N_COMMANDS as NCMD  # noqa: F401 (re-exported)
+
+# the request ports, by index: a request's `source`, the arbiters' favoured port, per-port statistics
+SOURCES: tuple[str, ...] = ("host", "pnm")
 INF = np.int64(1) << np.int64(62)
 NEG = -(np.int64(1) << np.int64(40))
 
@@ -14,7 +18,11 @@ P_NCH, P_PCS, P_RANKS, P_BGS, P_BANKS, P_RQ, P_WQ, P_SCHED, P_POLICY, P_CAP, P_T
 P_HIGH, P_LOW, P_REFRESH, P_DELAY, P_FORWARD, P_INJCAP, P_POSTED, P_CL, P_CWL, P_BURST = range(11, 21)
 P_FAW, P_REFI, P_REFIPB, P_LOGCAP, P_BQD, P_TICK = range(21, 27)
 P_ARB, P_W0, P_W1, P_RSRC, P_RRATE, P_RCAP, P_AGECAP, P_IDLE, P_REFHOLD = range(27, 36)
-N_PARAMS = 36
+# derived from the organization once (memory.kernel_params), so that no stage recomputes them: banks per rank and
+# per pseudo-channel, 64-bit words of a bank mask, and log2 of pseudo-channels per channel and of banks per rank
+# (-1 unless a power of two: `request_lists.quotient`)
+P_BPR, P_BPP, P_WORDS, P_SH_PCS, P_SH_BPR = range(36, 41)
+N_PARAMS = 41
 
 # Scalars carried between calls, in `scal`.
 S_T, S_PTR, S_QUEUED, S_LAST, S_NLOG, S_LOGOVF, S_DONE, S_VISITS, S_LOOPS, S_IDLE, S_TLIMIT = range(11)
@@ -22,6 +30,26 @@ S_LASTCOL, S_STALLED = range(11, 13)  # the last column command's cycle; 1 once 
 N_SCALARS = 13
 # with requests queued, this many cycles without a column command means a scheduler livelock: stop and say so
 STALL_CYCLES = 10_000_000
+
+# The kernel's work space, `scratch` (not carried between cycles): per port the requests injected this cycle and
+# whether its next one waits for room; the channel's two command buses (`BUS_*`) while its pseudo-channels are
+# evaluated; one pseudo-channel's scheduling context and choice (`PK_*`); then the list of channels due at a cycle.
+SCR_INJECTED, SCR_BLOCKED, SCR_BUS, SCR_PICK, SCR_DUE = 0, 2, 4, 20, 48
+# a channel's buses: the column command chosen so far (its pseudo-channel, request, write?, command, priority key,
+# round-robin turn after it) and the row command (pseudo-channel, request or -1, command, key, bank, refresh?, turn)
+BUS_COL_PC, BUS_COL_I, BUS_COL_W, BUS_COL_CMD, BUS_COL_AGE, BUS_COL_RR = range(6)
+BUS_ROW_PC, BUS_ROW_REQ, BUS_ROW_CMD, BUS_ROW_AGE, BUS_ROW_BANK, BUS_ROW_IS_REF, BUS_ROW_RR = range(6, 13)
+N_BUS = 13
+# a pseudo-channel's scheduling: what it may do (serving writes, favoured port, rank or bank a refresh holds,
+# whether a column or row command is wanted, lists of kinds k_lo..k_hi - 1, the shared ACT bound, whether a
+# refresh holds the channel's row bus, the column bounds by kind (`bank_timing.col_bound`)) and what the
+# scheduler picked (column: request, key, command, write?; row: request, key, command), with round robin's
+# bookkeeping (ready PREs and ACTs, the turn keys of the first ready ACT and the first two PREs, the next turn)
+PK_USE_W, PK_FAVORED, PK_REF_RANK, PK_REF_BANK, PK_WANT_COL, PK_WANT_ROW, PK_K_LO, PK_K_HI, PK_AB = range(9)
+PK_COL, PK_COL_KEY, PK_COL_CMD, PK_COL_W, PK_ROW, PK_ROW_KEY, PK_ROW_CMD = range(9, 16)
+PK_READY_PRE, PK_READY_ACT, PK_ACT_KEY, PK_PRE_KEY, PK_PRE_KEY2, PK_RR_NEXT = range(16, 22)
+PK_REF_ON_BUS, PK_CB_R, PK_CB_W = range(22, 25)
+N_PICK = 25
 
 # Request classes.
 C_HIT, C_MISS, C_CONFLICT, C_FORWARD = 0, 1, 2, 3

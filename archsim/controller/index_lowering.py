@@ -44,16 +44,23 @@ def _as_unsigned(index: ast.expr) -> ast.expr:
 
 
 class _LowerIndexing(ast.NodeTransformer):
-    def __init__(self, function_name: str) -> None:
+    def __init__(self, function_name: str, frozen: dict[str, int] | None = None) -> None:
         self.function_name = function_name
+        self.frozen = frozen or {}
 
-    def visit_Subscript(self, node: ast.Subscript) -> ast.Subscript:
+    def visit_Subscript(self, node: ast.Subscript) -> ast.expr:
         self.generic_visit(node)
-        inner = FLAT_ARRAYS.get(node.value.id) if isinstance(node.value, ast.Name) else None
+        if (isinstance(node.value, ast.Name) and node.value.id == "prm" and isinstance(node.slice, ast.Name)
+                and node.slice.id in self.frozen):
+            return ast.copy_location(ast.Constant(self.frozen[node.slice.id]), node)  # a specialized variant
+        # the array by its name, or by a record's field of that name (`st.pstate`: `records.KernelState`)
+        array = (node.value.id if isinstance(node.value, ast.Name) else
+                 node.value.attr if isinstance(node.value, ast.Attribute) else None)
+        inner = FLAT_ARRAYS.get(array) if array is not None else None
         if inner is not None:
             if not (isinstance(node.slice, ast.Tuple) and len(node.slice.elts) == len(inner) + 1):
                 # a row of a flat array is no array: taken as one cell, it would read or write the wrong place
-                raise TypeError(f"{self.function_name}, line {node.lineno}: {node.value.id} is passed flat "
+                raise TypeError(f"{self.function_name}, line {node.lineno}: {array} is passed flat "
                                 f"(codes.FLAT_ARRAYS) and must be indexed with {len(inner) + 1} indices")
             flat = node.slice.elts[0]
             for length, index in zip(inner, node.slice.elts[1:], strict=True):
@@ -67,28 +74,29 @@ class _LowerIndexing(ast.NodeTransformer):
         return node
 
 
-def lowered_code(fn: Callable) -> types.CodeType:
+def lowered_code(fn: Callable, frozen: dict[str, int] | None = None) -> types.CodeType:
     """The code object of `fn` compiled from its source with its indexing lowered (decorators dropped; file name
     and line numbers kept, so errors and numba's cache point at the source)."""
     if "np" not in fn.__globals__:
         raise TypeError(f"{fn.__qualname__}: its module must import numpy as np for the unsigned index casts")
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     definition = tree.body[0]
-    assert isinstance(definition, ast.FunctionDef) and definition.name == fn.__name__
+    source_name = fn.__code__.co_name  # the name in the source, also for a function rebuilt under another
+    assert isinstance(definition, ast.FunctionDef) and definition.name == source_name
     definition.decorator_list = []
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
-    _LowerIndexing(fn.__qualname__).visit(definition)
+    _LowerIndexing(fn.__qualname__, frozen).visit(definition)
     ast.fix_missing_locations(tree)
     module_code = compile(tree, fn.__code__.co_filename, "exec")
-    return next(c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.__name__)
+    return next(c for c in module_code.co_consts if isinstance(c, types.CodeType) and c.co_name == source_name)
 
 
-def with_lowered_indexing(fn: Callable, name: str | None = None,
-                          global_values: dict | None = None) -> types.FunctionType:
+def with_lowered_indexing(fn: Callable, name: str | None = None, global_values: dict | None = None,
+                          frozen: dict[str, int] | None = None) -> types.FunctionType:
     """`fn` rebuilt from `lowered_code`, under `name` and with `global_values` laid over its module's globals
-    (a kernel variant's constants)."""
+    (a kernel variant's constants); `frozen` parameter slots (`prm[P_X]`, by the slot's name) read as constants."""
     namespace = fn.__globals__ if global_values is None else {**fn.__globals__, **global_values}
-    rebuilt = types.FunctionType(lowered_code(fn), namespace, name or fn.__name__, fn.__defaults__)
+    rebuilt = types.FunctionType(lowered_code(fn, frozen), namespace, name or fn.__name__, fn.__defaults__)
     rebuilt.__qualname__ = name or fn.__qualname__
     rebuilt.__doc__ = fn.__doc__
     rebuilt.__module__ = fn.__module__
@@ -97,4 +105,15 @@ def with_lowered_indexing(fn: Callable, name: str | None = None,
 
 def kernel_helper(fn: Callable, cache: bool = True):
     """Decorator of the kernel's helpers: `fn` with its indexing lowered, compiled to be inlined into the kernel."""
-    return njit(cache=cache, inline="always", error_model="numpy")(with_lowered_indexing(fn))
+    return njit(cache=cache, forceinline=True, error_model="numpy")(with_lowered_indexing(fn))
+
+
+def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | None = None,
+                 frozen: dict[str, int] | None = None):
+    """Decorator of the kernel's stages: `fn` with its indexing lowered (under `name`, with `global_values` laid
+    over its globals: a kernel variant's choice of stage), compiled as a function of its own. Not inlined by numba:
+    type inference of one function that held every stage took 90 s cold; LLVM still inlines a stage into the loop
+    after linking. Not cached by itself: the kernel's cache entry holds it, under a name keyed on every source it
+    reaches (`source_digest`)."""
+    return njit(cache=False, forceinline=True, error_model="numpy")(
+        with_lowered_indexing(fn, name, global_values, frozen))
