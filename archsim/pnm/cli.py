@@ -79,7 +79,7 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
     outputs = OutputPlan(inputs=[kernel, memory_path, pnm_cfg.source_file])
     outputs.add(json_path, "--json")
     memory_cfg = load_memory_config(memory_path, memory_overrides)
-    result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units)
+    result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units, progress=not quiet)
     stats = pnm_stats(result, reproducible=reproducible)
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
     outputs.commit()

@@ -33,11 +33,11 @@ class PnmRun:
 
 
 def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: PnmConfig, *,
-            defines: dict[str, object] | None = None, units: int | None = None) -> PnmRun:
+            defines: dict[str, object] | None = None, units: int | None = None, progress: bool = False) -> PnmRun:
     """Time one decode-attention step of `shape` with `kernel` on every PNM unit of the memory device.
 
     `units` restricts the run to the first `units` of the device's units (channel groups); the default
-    is all of them.
+    is all of them. `progress` shows a bar of the timed units' instructions (a terminal only, after 2 s).
     """
     kernel = Path(kernel)
     if not kernel.is_file():
@@ -61,6 +61,6 @@ def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: P
         if reqs.address.size and int(reqs.address.max()) >= capacity:
             raise TraceError(f"unit {work.unit} loads beyond the memory's capacity of {capacity:#x} bytes",
                              file=str(kernel))
-    timing = simulate(workload, requests, memory, pnm, layout, load_table())
+    timing = simulate(workload, requests, memory, pnm, layout, load_table(), progress=progress)
     bound = roofline(timing.domains, workload.units, memory, pnm, layout)
     return PnmRun(kernel, shape, memory, pnm, layout, workload, requests, timing, bound, functional_s)

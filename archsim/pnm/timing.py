@@ -521,13 +521,16 @@ def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain], barrier_l
 
 
 def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryConfig, pnm: PnmConfig,
-             layout: DeviceLayout, table: IsaTable | None = None) -> TimingRun:
+             layout: DeviceLayout, table: IsaTable | None = None, progress: bool = False) -> TimingRun:
     """Run every unit against the simulated memory; see the module docstring and docs/pnm.md.
 
     Memory domains: with channel_local addressing every channel group's controllers form a domain of
     their own (a MemorySession each: controllers are independent and each has its own front end); with
-    interleaved addressing the whole device is one domain shared by all units.
+    interleaved addressing the whole device is one domain shared by all units. `progress`: a bar of the
+    instructions the units have issued (`archsim.progress`: a terminal only, after 2 s).
     """
+    from archsim.progress import progress_bar
+
     table = table or load_table()
     isa = IsaTiming.from_table(table)
     start = time.perf_counter()
@@ -540,9 +543,14 @@ def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryCon
                                     [requests[i].address[requests[i].domain == d] for i in users],
                                     [requests[i].is_write[requests[i].domain == d] for i in users]))
     timers = [UnitTimer(w, r, domains, pnm, layout, isa, table) for w, r in zip(works, requests, strict=True)]
+    bar = progress_bar(sum(t.n for t in timers), "instr", "pnm run", quiet=not progress)
+    issued = 0
     while True:
         for timer in timers:
             timer.advance()
+        now = sum(t.i for t in timers)
+        bar.update(now - issued)
+        issued = now
         if _step_memory(timers, domains, pnm.barrier_latency_cycles):
             continue
         waiting = [t for t in timers if t.state == AT_BARRIER]
@@ -556,6 +564,7 @@ def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryCon
         release = max(t.arrival for t in waiting) + pnm.barrier_latency_cycles
         for t in waiting:
             t.release_barrier(release)
+    bar.close()
     for domain in domains:
         domain.finish()
     merged = merge_results([d.result() for d in domains if d.n])

@@ -261,7 +261,7 @@ def trace_convert(
             where="device",
         )
     with LogicalTrace(path) as logical:
-        streams = map_trace(logical, placement, issue_interval_cycles=issue_interval_cycles)
+        streams = map_trace(logical, placement, issue_interval_cycles=issue_interval_cycles, progress=True)
     last_request = max(len(streams.timestamp_cycles) - 1, 0)
     if issue_interval_cycles * last_request > MAX_CYCLE:
         raise ConfigError(f"{issue_interval_cycles:,} cycles x {last_request:,} requests pass the largest timestamp "

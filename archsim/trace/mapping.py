@@ -645,14 +645,20 @@ def iter_map(
         offset += len(chunk["step"])
 
 
-def map_trace(trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1) -> PhysicalStreams:
-    """Map a whole logical trace to the pool's physical request stream, in memory."""
+def map_trace(trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1,
+              progress: bool = False) -> PhysicalStreams:
+    """Map a whole logical trace to the pool's physical request stream, in memory; `progress` shows a bar of the
+    records mapped (`archsim.progress`: a terminal only, after 2 s)."""
+    from archsim.progress import progress_bar
+
     mapper = mapper_for(trace, placement, issue_interval_cycles=issue_interval_cycles)
     parts = []
     offset = 0
-    for chunk in trace.chunks():
-        parts.extend(mapper.iter_chunk(chunk, offset))
-        offset += len(chunk["step"])
+    with progress_bar(trace.records, "record", "convert", quiet=not progress) as bar:
+        for chunk in trace.chunks():
+            parts.extend(mapper.iter_chunk(chunk, offset))
+            offset += len(chunk["step"])
+            bar.update(len(chunk["step"]))
     return PhysicalStreams(**_concat(parts), regions=mapper.regions(), placement=mapper.p)
 
 
