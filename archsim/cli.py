@@ -189,7 +189,7 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
 
         assert result.command_log is not None
         verdict = check_command_log(result.command_log, cfg.organization, cfg.timing,
-                                    refresh_mode=cfg.controller.refresh)
+                                    refresh_mode=cfg.controller.refresh.impl)
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
     if timeline_path is not None:
@@ -237,7 +237,8 @@ def config_show(path: str, resolved: bool, overrides: tuple[str, ...]) -> None:
                f"({peak_bandwidth_per_stack_GBps(org, timing):g} GB/s per stack)")
     click.echo("#   timing (cycles): " + ", ".join(f"{k}={v}" for k, v in timing.as_dict().items()))
     for name, part in (("controller", cfg.controller), ("frontend", cfg.frontend)):  # defaults filled in
-        click.echo(f"#   {name}: " + ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(part).items()))
+        items = part.summary_items() if name == "controller" else dataclasses.asdict(part).items()
+        click.echo(f"#   {name}: " + ", ".join(f"{k}={v}" for k, v in items))
 
 
 @config.command("import-dramsim3")

@@ -93,14 +93,14 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_RQ] = c.read_queue_depth
     prm[K.P_WQ] = c.write_queue_depth
     prm[K.P_SCHED] = SCHEDULERS.get(c.scheduler)
-    prm[K.P_POLICY] = ROW_POLICIES.get(c.row_policy)
-    prm[K.P_CAP] = c.row_policy_cap
-    prm[K.P_TIMEOUT] = c.row_policy_timeout_cycles
-    prm[K.P_HIGH] = c.write_high_watermark
-    prm[K.P_LOW] = c.write_low_watermark
-    prm[K.P_IDLE] = c.write_idle_threshold
-    prm[K.P_REFHOLD] = c.refresh_holds_columns
-    prm[K.P_REFRESH] = REFRESH_MODES.get(c.refresh)
+    prm[K.P_POLICY] = ROW_POLICIES.get(c.row_policy.impl)
+    prm[K.P_CAP] = c.row_policy.cap
+    prm[K.P_TIMEOUT] = c.row_policy.timeout_cycles
+    prm[K.P_HIGH] = c.write_drain.high_watermark
+    prm[K.P_LOW] = c.write_drain.low_watermark
+    prm[K.P_IDLE] = c.write_drain.idle_threshold
+    prm[K.P_REFHOLD] = c.refresh.holds_columns
+    prm[K.P_REFRESH] = REFRESH_MODES.get(c.refresh.impl)
     prm[K.P_DELAY] = c.frontend_delay_cycles
     prm[K.P_FORWARD] = int(c.write_queue_forwarding)
     prm[K.P_INJCAP] = f.max_injections_per_cycle
@@ -114,16 +114,16 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_LOGCAP] = log_capacity
     prm[K.P_BQD] = c.bank_queue_depth
     prm[K.P_TICK] = int(tick_every_cycle)
-    if c.arbiter == "priority":
-        prm[K.P_ARB] = K.ARB_PRIORITY_HOST if c.arbiter_favor == "host" else K.ARB_PRIORITY_PNM
+    if c.arbiter.impl == "priority":
+        prm[K.P_ARB] = K.ARB_PRIORITY_HOST if c.arbiter.favor == "host" else K.ARB_PRIORITY_PNM
     else:
-        prm[K.P_ARB] = ARBITERS.get(c.arbiter)
-    prm[K.P_W0], prm[K.P_W1] = c.arbiter_weights
-    prm[K.P_RSRC] = SOURCES.index(c.reservation_source)
+        prm[K.P_ARB] = ARBITERS.get(c.arbiter.impl)
+    prm[K.P_W0], prm[K.P_W1] = c.arbiter.weights
+    prm[K.P_RSRC] = SOURCES.index(c.arbiter.source)
     # tokens accrue per cycle: share x one column command per data-bus burst
-    prm[K.P_RRATE] = int(round(c.reservation_share * K.TOKEN / t.tBURST))
-    prm[K.P_RCAP] = c.reservation_burst * K.TOKEN
-    prm[K.P_AGECAP] = c.age_cap_cycles
+    prm[K.P_RRATE] = int(round(c.arbiter.share * K.TOKEN / t.tBURST))
+    prm[K.P_RCAP] = c.arbiter.burst * K.TOKEN
+    prm[K.P_AGECAP] = c.arbiter.age_cap_cycles
     prm[K.P_BPR] = org.bankgroups * org.banks_per_group
     prm[K.P_BPP] = org.banks_per_pseudo_channel
     prm[K.P_WORDS] = mask_words(org.banks_per_pseudo_channel)
@@ -159,9 +159,9 @@ def _initial_refresh_due(cfg: MemoryConfig) -> np.ndarray:
     """First refresh deadline per rank: one interval in, staggered evenly across ranks unless disabled."""
     org, t = cfg.organization, cfg.timing
     n_ranks = org.n_pseudo_channels * org.ranks
-    interval = t.tREFI if cfg.controller.refresh == "all_bank" else refresh_interval_per_bank(org, t)
+    interval = t.tREFI if cfg.controller.refresh.impl == "all_bank" else refresh_interval_per_bank(org, t)
     due = np.full(n_ranks, interval, dtype=np.int64)
-    if cfg.controller.refresh_stagger:
+    if cfg.controller.refresh.stagger:
         due += (np.arange(n_ranks, dtype=np.int64) * interval) // n_ranks
     return due
 
@@ -410,7 +410,7 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[KernelState, dict[str, np.
     # every channel wakes for its first refresh even if no request ever reaches it
     chan_next = per(org.n_channels, int(K.INF))
     pc_state[:, K.PC_NEXT] = K.INF
-    if c.refresh != "none":
+    if c.refresh.impl != "none":
         chan_next[:] = ref_due.reshape(org.n_channels, -1).min(axis=1)
         pc_state[:, K.PC_NEXT] = ref_due.reshape(n_pc, -1).min(axis=1)
     # the links of the per-bank request lists (next, previous per request), then per pseudo-channel bit masks of

@@ -30,10 +30,10 @@ def test_import_matches_dramsim3_reading(tmp_path, dramsim3_ini):
     assert org.row_bytes == 2048 and org.access_bytes == 64 and org.capacity_bytes == 8 * 2**30
     assert (t.CL, t.CWL, t.tRCDRD, t.tRP, t.tRAS, t.tRC, t.tRTP, t.tRTRS, t.tBURST) == (14, 4, 14, 14, 34, 48, 5, 2, 2)
     assert t.tRTW == 14  # DRAMSim3's read_to_write: RL + burst - WL + tRTRS
-    assert (c.read_queue_depth, c.bank_queue_depth, c.row_policy, c.row_policy_cap) == (32, 8, "open_cap", 4)
-    assert cfg.frontend.max_injections_per_cycle == 1 and not c.refresh_stagger
-    assert (c.write_high_watermark, c.write_idle_threshold) == (32, 8)  # DRAMSim3's write-drain trigger
-    assert c.scheduler == "round_robin" and c.refresh_holds_columns  # its command-queue service
+    assert (c.read_queue_depth, c.bank_queue_depth, c.row_policy.impl, c.row_policy.cap) == (32, 8, "open_cap", 4)
+    assert cfg.frontend.max_injections_per_cycle == 1 and not c.refresh.stagger
+    assert (c.write_drain.high_watermark, c.write_drain.idle_threshold) == (32, 8)  # DRAMSim3's write-drain trigger
+    assert c.scheduler == "round_robin" and c.refresh.holds_columns  # its command-queue service
     assert cfg.mapping.description == "rorabgbachco"
     # DRAMSim3's unloaded latencies for this file: 17 (row hit), 31 (closed bank), 45 (row conflict)
     assert [analytic.unloaded_read_latency_cycles(cfg, k) for k in ("hit", "miss", "conflict")] == [17, 31, 45]

@@ -69,32 +69,76 @@ ARBITERS.add("reservation", ARB_RESERVE)  # token bucket guaranteeing `source` a
 
 
 @dataclass(frozen=True)
-class ControllerConfig:
-    read_queue_depth: int
-    write_queue_depth: int
-    scheduler: str
-    row_policy: str
-    row_policy_cap: int  # open_cap: after this many column accesses a waiting conflict may close the row
-    row_policy_timeout_cycles: int  # idle cycles before an open row is closed (timeout)
-    write_high_watermark: int
-    write_low_watermark: int
+class RowPolicyConfig:
+    """When an open row closes (`ROW_POLICIES`; the kernel's `controller/row_policies/`)."""
+
+    impl: str = "open"
+    cap: int = 4  # open_cap: after this many column accesses a waiting conflict may close the row
+    timeout_cycles: int = 64  # timeout: idle cycles before an open row is closed
+
+
+@dataclass(frozen=True)
+class WriteDrainConfig:
+    """When the write queue is served (the kernel's `controller/stages/write_drain.py`)."""
+
+    high_watermark: int
+    low_watermark: int
     # -1: writes are also served whenever no read waits. N >= 0: DRAMSim3's batch rule, writes are served only in
     # drains, which start at the high watermark or above N writes with no command queued, and serve the writes
     # present at their start (the low watermark is unused)
-    write_idle_threshold: int
-    refresh: str
-    arbiter: str
-    arbiter_favor: str  # priority: the favoured port
-    arbiter_weights: tuple[int, int]  # wrr: (host, pnm) column commands per round
-    reservation_source: str  # reservation: the port with a guaranteed share
-    reservation_share: float  # reservation: fraction of each pseudo-channel's column-command slots, 0-1
-    reservation_burst: int  # reservation: column commands the bucket may bank
-    age_cap_cycles: int  # any arbiter: a request waiting this long goes first (0 = off)
-    refresh_stagger: bool  # spread ranks' refresh deadlines over tREFI (False: all ranks refresh together)
-    refresh_holds_columns: bool  # a due refresh also holds column commands to its rank (bank) until it issues
+    idle_threshold: int = -1
+
+
+@dataclass(frozen=True)
+class RefreshConfig:
+    """Refresh (`REFRESH_MODES`; the kernel's `controller/stages/refresh.py`)."""
+
+    impl: str = "all_bank"
+    stagger: bool = False  # spread ranks' refresh deadlines over tREFI (False: all ranks refresh together)
+    holds_columns: bool = False  # a due refresh also holds column commands to its rank (bank) until it issues
+
+
+@dataclass(frozen=True)
+class ArbiterConfig:
+    """Arbitration between the request ports (`ARBITERS`; the kernel's `controller/arbiters/`)."""
+
+    impl: str = "shared"
+    favor: str = "host"  # priority: the favoured port
+    weights: tuple[int, int] = (1, 1)  # wrr: (host, pnm) column commands per round
+    source: str = "pnm"  # reservation: the port with a guaranteed share
+    share: float = 0.0  # reservation: fraction of each pseudo-channel's column-command slots, 0-1
+    burst: int = 4  # reservation: column commands the bucket may bank
+    age_cap_cycles: int = 0  # any arbiter: a request waiting this long goes first (0 = off)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """The memory controller, one record per policy (each built by keyword from its YAML section)."""
+
+    read_queue_depth: int
+    write_queue_depth: int
+    scheduler: str
+    row_policy: RowPolicyConfig
+    write_drain: WriteDrainConfig
+    refresh: RefreshConfig
+    arbiter: ArbiterConfig
     frontend_delay_cycles: int
     write_queue_forwarding: bool  # reads of a queued write's address are served from it; repeated writes merge
     bank_queue_depth: int  # 0: the scheduler sees the whole queue; >0: per-bank command queues fed 1/cycle
+
+    def summary_items(self) -> list[tuple[str, object]]:
+        """Every value under the flat names `archsim config show --resolved` prints."""
+        r, d, f, a = self.row_policy, self.write_drain, self.refresh, self.arbiter
+        return [("read_queue_depth", self.read_queue_depth), ("write_queue_depth", self.write_queue_depth),
+                ("scheduler", self.scheduler), ("row_policy", r.impl), ("row_policy_cap", r.cap),
+                ("row_policy_timeout_cycles", r.timeout_cycles), ("write_high_watermark", d.high_watermark),
+                ("write_low_watermark", d.low_watermark), ("write_idle_threshold", d.idle_threshold),
+                ("refresh", f.impl), ("arbiter", a.impl), ("arbiter_favor", a.favor),
+                ("arbiter_weights", a.weights), ("reservation_source", a.source), ("reservation_share", a.share),
+                ("reservation_burst", a.burst), ("age_cap_cycles", a.age_cap_cycles),
+                ("refresh_stagger", f.stagger), ("refresh_holds_columns", f.holds_columns),
+                ("frontend_delay_cycles", self.frontend_delay_cycles),
+                ("write_queue_forwarding", self.write_queue_forwarding), ("bank_queue_depth", self.bank_queue_depth)]
 
 
 @dataclass(frozen=True)
@@ -129,10 +173,32 @@ def parse_controller(section: Section) -> ControllerConfig:
     rq = section.int("read_queue_depth", 32, minimum=1, maximum=MAX_QUEUE_DEPTH)
     wq = section.int("write_queue_depth", 32, minimum=1, maximum=MAX_QUEUE_DEPTH)
     scheduler = section.choice("scheduler", SCHEDULERS.names(), "frfcfs")
+    row_policy = _parse_row_policy(section)
+    write_drain = _parse_write_drain(section, wq)
+    refresh, refresh_section = _impl_section(section, "refresh", REFRESH_MODES, "all_bank")
+    refresh_cfg = RefreshConfig(impl=refresh, stagger=refresh_section.bool("stagger", False),
+                                holds_columns=refresh_section.bool("hold_columns", False))
+    refresh_section.done()
+    arbiter = _parse_arbiter(section)
+    delay = section.int("frontend_delay_cycles", 1, minimum=1)
+    forward = section.bool("write_queue_forwarding", True)
+    bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0, maximum=MAX_QUEUE_DEPTH)
+    section.done()
+    return ControllerConfig(read_queue_depth=rq, write_queue_depth=wq, scheduler=scheduler, row_policy=row_policy,
+                            write_drain=write_drain, refresh=refresh_cfg, arbiter=arbiter,
+                            frontend_delay_cycles=delay, write_queue_forwarding=forward,
+                            bank_queue_depth=bank_queue_depth)
+
+
+def _parse_row_policy(section: Section) -> RowPolicyConfig:
     policy, policy_section = _impl_section(section, "row_policy", ROW_POLICIES, "open")
     cap = policy_section.int("cap", 4, minimum=1) if policy == "open_cap" else 4
     timeout = policy_section.int("timeout_cycles", 64, minimum=1) if policy == "timeout" else 64
     policy_section.done()
+    return RowPolicyConfig(impl=policy, cap=cap, timeout_cycles=timeout)
+
+
+def _parse_write_drain(section: Section, wq: int) -> WriteDrainConfig:
     drain = section.sub("write_drain", {})
     high = drain.int("high_watermark", max(1, wq * 3 // 4), minimum=1)
     low = drain.int("low_watermark", max(0, wq // 4), minimum=0)
@@ -142,10 +208,11 @@ def parse_controller(section: Section) -> ControllerConfig:
         raise drain.error("high_watermark", f"{high} exceeds write_queue_depth {wq}")
     if low >= high:
         raise drain.error("low_watermark", f"{low} must be below high_watermark {high}")
-    refresh, refresh_section = _impl_section(section, "refresh", REFRESH_MODES, "all_bank")
-    stagger = refresh_section.bool("stagger", False)
-    holds_columns = refresh_section.bool("hold_columns", False)
-    refresh_section.done()
+    return WriteDrainConfig(high_watermark=high, low_watermark=low, idle_threshold=idle_threshold)
+
+
+def _parse_arbiter(section: Section) -> ArbiterConfig:
+    """The port arbiter's section; the age cap (a flat key of the controller) applies to every arbiter."""
     arbiter, arb = _impl_section(section, "arbiter", ARBITERS, "shared")
     favor = arb.choice("favor", SOURCES, "host") if arbiter == "priority" else "host"
     weights = (1, 1)
@@ -162,13 +229,8 @@ def parse_controller(section: Section) -> ControllerConfig:
         burst = arb.int("burst", 4, minimum=1)
     arb.done()
     age_cap = section.int("age_cap_cycles", 0, minimum=0)
-    delay = section.int("frontend_delay_cycles", 1, minimum=1)
-    forward = section.bool("write_queue_forwarding", True)
-    bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0, maximum=MAX_QUEUE_DEPTH)
-    section.done()
-    return ControllerConfig(rq, wq, scheduler, policy, cap, timeout, high, low, idle_threshold, refresh, arbiter,
-                            favor, weights, source, share, burst, age_cap, stagger, holds_columns, delay, forward,
-                            bank_queue_depth)
+    return ArbiterConfig(impl=arbiter, favor=favor, weights=weights, source=source, share=share, burst=burst,
+                         age_cap_cycles=age_cap)
 
 
 def parse_frontend(section: Section) -> FrontendConfig:

@@ -26,7 +26,7 @@ def unloaded_read_latency_cycles(cfg: MemoryConfig, case: str) -> int:
 
 def refresh_loss_fraction(cfg: MemoryConfig) -> float:
     """Share of time a rank cannot activate because of all-bank refresh."""
-    if cfg.controller.refresh == "none":
+    if cfg.controller.refresh.impl == "none":
         return 0.0
     return cfg.timing.tRFC / cfg.timing.tREFI
 

@@ -66,7 +66,7 @@ def _group_free_key(mapping_bits: list[int], address: np.ndarray, is_write: np.n
 def roofline(domains: list[MemoryDomain], works: tuple[UnitWork, ...], memory: MemoryConfig, pnm: PnmConfig,
              layout: DeviceLayout) -> Roofline:
     start = time.perf_counter()
-    symmetric = layout.address_space == "channel_local" and not memory.controller.refresh_stagger
+    symmetric = layout.address_space == "channel_local" and not memory.controller.refresh.stagger
     inner = max(layout.channels_per_unit.bit_length() - 1, 0)
     group_bits = channel_bit_positions(memory.mapping)[inner:]
     cache: dict[str, int] = {}

@@ -196,7 +196,7 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "channels": channels,
             "sources": sources,
             "qos": {
-                "arbiter": cfg.controller.arbiter,
+                "arbiter": cfg.controller.arbiter.impl,
                 "row_closures": {f"{SOURCES[o]}_by_{SOURCES[c]}": int(result.qos_counts[o * 2 + c])
                                  for o in range(2) for c in range(2)},
                 "bank_conflicts": {f"{SOURCES[n]}_vs_{SOURCES[o]}": int(result.qos_counts[4 + n * 2 + o])
