@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.units import parse_size_bytes
 
 DEFAULT_TABLE = data_path("configs", "energy", "default.yaml")

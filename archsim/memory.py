@@ -24,6 +24,7 @@ from archsim.controller import codes as K  # noqa: N812 - the kernel's codes rea
 from archsim.controller.kernel import PLAIN, SPECIALIZED_SHAPES, KernelVariant, compiled_kernel, run_kernel
 from archsim.controller.records import CommandLogArrays, KernelState, RequestArrays, RequestOutcomes
 from archsim.controller.schedulers import EXTERNAL
+from archsim.dram.commands import CommandLog
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import EMPTY_TRACE, TraceError
@@ -48,17 +49,6 @@ class Requests:
         src = np.zeros(n, dtype=np.uint8) if source is None else np.asarray(source, dtype=np.uint8)
         return Requests(np.asarray(timestamp_cycles, dtype=np.int64), np.asarray(address, dtype=np.uint64),
                         np.asarray(is_write, dtype=np.uint8), src)
-
-
-@dataclass(frozen=True)
-class CommandLog:
-    """Every command issued, in issue order: cycle, code (archsim.dram.commands), pseudo-channel, bank, row."""
-
-    cycle: np.ndarray
-    command: np.ndarray
-    pseudo_channel: np.ndarray
-    bank: np.ndarray  # bank index within the pseudo-channel: (rank * bankgroups + bankgroup) * banks + bank
-    row: np.ndarray  # -1 for commands without a row (PREA, REF)
 
 
 @dataclass(frozen=True)

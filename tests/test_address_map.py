@@ -49,8 +49,8 @@ def test_dramsim3_field_positions(dramsim3_ini):
 
 def test_explicit_bits_and_xor():
     org = config("HBM2").organization
-    from archsim.config.section import Section
     from archsim.dram.address_map import parse_address_mapping
+    from archsim.section import Section
 
     bits = ["ch", "ch", "ch", "co", "co", "co", "co", "co", "bg", "bg", "ba", "ba"]
     mapping = parse_address_mapping(Section({"bits": bits, "xor": ["ba"]}, "memory.address_mapping", None), org)

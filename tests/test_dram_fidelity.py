@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from archsim.dram import analytic
+from archsim import analytic
 from archsim.dram.address_map import Decoded
 from archsim.dram.spec import peak_bandwidth_GBps
 from tests.conftest import PRESETS, config, run

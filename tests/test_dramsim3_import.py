@@ -7,9 +7,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from archsim import analytic
 from archsim.cli import main
 from archsim.config.memory import load_memory_config
-from archsim.dram import analytic
 from archsim.dram.commands import COMMAND_CODES
 from archsim.memory import MemorySession, Requests, replay
 from archsim.trace.text_formats import write_dramsim3

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from archsim import analytic
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.INF
-from archsim.dram import analytic
 from archsim.memory import MemorySession, Requests, replay
 from tests.conftest import config
 

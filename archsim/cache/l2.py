@@ -27,8 +27,8 @@ import numpy as np
 from numba import njit
 
 from archsim.cache.replacement import REPLACEMENT_POLICIES, choose_victim, on_fill, on_hit, policy_id
-from archsim.config.section import Section
 from archsim.controller.codes import SOURCES
+from archsim.section import Section
 from archsim.units import parse_size_bytes
 
 KINDS: tuple[str, ...] = ("weight", "kv", "activation")

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from archsim.config.overrides import apply_overrides, deep_merge
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.controller.codes import (
     ARB_PRIORITY_HOST,
@@ -38,6 +37,7 @@ from archsim.dram.address_map import AddressMapping, parse_address_mapping
 from archsim.dram.spec import Organization, Timing, parse_organization, parse_timing
 from archsim.errors import ConfigError
 from archsim.registry import Registry
+from archsim.section import Section
 
 # The kernel holds each queue as arrays of depth x pseudo-channels int64 entries; real controllers queue 32-128
 # requests, and 65,536 keeps a queue's arrays within tens of MB on the largest preset instead of TiB.

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archsim.config.section import Section
 from archsim.dram.spec import Organization, log2_exact
 from archsim.errors import ConfigError
 from archsim.registry import Registry
+from archsim.section import Section
 
 FIELDS: tuple[str, ...] = ("ch", "pc", "ra", "bg", "ba", "ro", "co")
 _RAMULATOR_TOKENS = {"Ch": ("ch",), "Pc": ("pc",), "Ra": ("ra",), "Bg": ("bg",), "Ba": ("ba",), "Ro": ("ro",),

@@ -16,7 +16,6 @@ Semantics worth knowing (the protocol-checker section of the docs has the full r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,11 +31,8 @@ from archsim.dram.checker_rules import (
     STATE_RULES,
     GapRule,
 )
-from archsim.dram.commands import ACT, N_COMMANDS, PRE, PREA, RDA, REF, REFPB, WRA
+from archsim.dram.commands import ACT, N_COMMANDS, PRE, PREA, RDA, REF, REFPB, WRA, CommandLog
 from archsim.dram.spec import Organization, Timing
-
-if TYPE_CHECKING:
-    from archsim.memory import CommandLog
 
 
 @dataclass(frozen=True)

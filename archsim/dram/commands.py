@@ -5,6 +5,10 @@ The codes are plain integers so that numba kernels and numpy command logs can ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 ACT = 0
 PRE = 1
 PREA = 2
@@ -23,3 +27,14 @@ READS = (RD, RDA)
 WRITES = (WR, WRA)
 COLUMN_COMMANDS = (RD, WR, RDA, WRA)
 ROW_COMMANDS = (ACT, PRE, PREA, REF, REFPB)
+
+
+@dataclass(frozen=True)
+class CommandLog:
+    """Every command issued, in issue order: cycle, code (archsim.dram.commands), pseudo-channel, bank, row."""
+
+    cycle: np.ndarray
+    command: np.ndarray
+    pseudo_channel: np.ndarray
+    bank: np.ndarray  # bank index within the pseudo-channel: (rank * bankgroups + bankgroup) * banks + bank
+    row: np.ndarray  # -1 for commands without a row (PREA, REF)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from archsim.config.section import Section
+from archsim.section import Section
 from archsim.units import ns_to_cycles, parse_cycles, parse_pin_rate_gbps, parse_size_bytes, parse_time_ns
 
 

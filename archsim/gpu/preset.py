@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.units import parse_bandwidth_GBps, parse_size_bytes, parse_time_ns
 
 GPUS_DIR = data_path("configs", "gpus")

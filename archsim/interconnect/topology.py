@@ -31,10 +31,10 @@ from typing import Any
 
 import networkx as nx
 
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.units import parse_bandwidth_GBps, parse_time_ns
 
 PRESETS_DIR = data_path("configs", "interconnect")

@@ -27,10 +27,10 @@ from typing import Any
 
 from archsim.config.memory import MemoryConfig
 from archsim.config.overrides import apply_overrides
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes, parse_time_ns
 
 CONFIGS_DIR = data_path("configs")

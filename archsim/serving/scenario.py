@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from archsim.config.overrides import apply_overrides
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError
 from archsim.inputs import check_input, read_text_input
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.units import parse_time_ns
 
 if TYPE_CHECKING:

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.sweep.commands import Command, command
 
 SWEEPS_DIR = data_path("configs", "sweeps")

@@ -40,7 +40,6 @@ import yaml
 from archsim.cache.l2 import L2Config, parse_l2
 from archsim.config.memory import MemoryConfig, load_memory_config
 from archsim.config.overrides import apply_overrides
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.energy import EnergyTable
 from archsim.errors import ConfigError
@@ -48,6 +47,7 @@ from archsim.gpu.preset import GpuPreset, load_gpu_preset
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
 from archsim.resources import data_path
+from archsim.section import Section
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.system.serving_config import (

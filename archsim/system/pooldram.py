@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from archsim.analytic import unloaded_read_latency_cycles
 from archsim.cache import L2Config, simulate_l2
 from archsim.config.memory import MemoryConfig
-from archsim.dram.analytic import unloaded_read_latency_cycles
 from archsim.memory import ReplayResult, Requests, replay
 from archsim.report.memory_stats import memory_stats
 from archsim.system.kvstream import (

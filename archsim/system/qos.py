@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from archsim.config.memory import ARBITERS, SOURCES, MemoryConfig, build_memory_config
-from archsim.config.section import Section
 from archsim.errors import ConfigError
 from archsim.memory import ReplayResult, Requests, replay
 from archsim.report.memory_stats import memory_stats
+from archsim.section import Section
 from archsim.units import parse_time_ns
 
 PATTERNS = ("random", "sequential")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from archsim.config.section import Section
 from archsim.errors import ConfigError
+from archsim.section import Section
 from archsim.units import parse_size_bytes
 
 TIER_KINDS = ("hbm", "pool", "host_dram", "nvme", "rdma")

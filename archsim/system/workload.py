@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 
 from archsim.config.overrides import apply_overrides
-from archsim.config.section import Section
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError, TraceError
 from archsim.models import ModelShape, dtype_bytes, load_preset
 from archsim.models.shape import ModelShape as _Shape
 from archsim.resources import data_path
+from archsim.section import Section
 
 WORKLOADS_DIR = data_path("configs", "workloads")
 _TOKENS = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
