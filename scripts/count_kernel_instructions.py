@@ -47,7 +47,7 @@ if stream == "random":
     address = (rng.integers(0, org.capacity_bytes // access, n) * access).astype(np.uint64)
 else:
     address = np.arange(n, dtype=np.uint64) * access
-warm_up()
+warm_up(cfg)  # the variant the counted replay runs, compiled outside the count
 replay(cfg, Requests.build(np.zeros(n, np.int64), address, np.zeros(n)))
 """
 
