@@ -18,8 +18,10 @@ write drain, the port arbiter (`arbiters/`), the bank queues, refresh, schedulin
 the wake-up bounds; last the next event. Every stage is a function compiled apart (their type inference inlined
 into one function took 90 s cold), and each reads the organization's shape from the parameters.
 
-One general kernel runs every configuration and dispatches on the codes in `prm`; a scheduler registered from
-outside the package (`schedulers.register_scheduler`) gets a kernel variant of its own (`KernelVariant`).
+One general kernel runs every configuration and dispatches on the codes in `prm`. The defaults on a shipped
+standard's shape run a plain kernel: the same stages rebuilt with `PLAIN` and the shape as constants. A scheduler
+registered from outside the package (`schedulers.register_scheduler`) gets a kernel variant of its own
+(`KernelVariant`).
 """
 
 from __future__ import annotations
