@@ -68,6 +68,7 @@ def test_in_sample_layer_errors(h100, calibration):
         assert np.median(error) <= 0.05, m.name
 
 
+@pytest.mark.slow  # refits the GPU model once per held-out model: about 16 s
 def test_leave_one_model_out(h100, calibration):
     """Fit on one Llama-2 file, predict the other: median <= 10 %, >= 90 % of rows within 25 %."""
     from scripts.fit_gpu import fit_layers

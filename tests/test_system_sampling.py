@@ -113,6 +113,7 @@ def _covered(geo, channels):
         assert all(a + n == b for (a, n), (b, _) in zip(ranges, ranges[1:], strict=False))  # contiguous
 
 
+@pytest.mark.slow  # maps a 128K-context KV stream: about 21 s
 def test_llama2_class_kv_at_128k_uses_every_channel_of_the_pool_evenly():
     # 8 sequences of Llama-2-7B-class MHA at 128K: 512 GiB of KV in the 768 GiB g25 pool (512 channels)
     cfg = load_system_config("g25")
