@@ -10,17 +10,14 @@ import numpy as np
 from archsim.controller.bank_timing import earliest
 from archsim.controller.codes import (
     ACT,
-    ARB_SHARED,
     INF,
     P_AGECAP,
-    P_ARB,
     P_BPP,
     P_FAW,
     P_RANKS,
     P_WORDS,
     PC_CLOSED_ACT,
     PC_CLOSED_HEAD,
-    PC_RR_PTR,
     PK_AB,
     PK_ACT_KEY,
     PK_FAVORED,
@@ -35,6 +32,7 @@ from archsim.controller.codes import (
 )
 from archsim.controller.index_lowering import kernel_stage
 from archsim.controller.request_lists import bit_index, first_request, priority_key
+from archsim.controller.schedulers.keys import ordered, turn_key
 
 assert np  # the index lowering casts with np.uint64
 
@@ -58,7 +56,7 @@ def closed_banks(pc, t, nt, turns, prm, pick, req, out, st):
     k_hi = pick[PK_K_HI]
     favored = pick[PK_FAVORED]
     agecap = prm[P_AGECAP]
-    by_key = prm[P_ARB] != ARB_SHARED or agecap > 0
+    by_key = ordered(prm)
     for word in range(words):
         closed = st.amask[pc, word] & ~st.omask[pc, word]
         while closed != 0:
@@ -79,7 +77,7 @@ def _oldest_may_act(pc, t, prm, pick, req, out, st):
     changes neither the choice nor the wake-up, and one ready ACT is enough to know); if so it is offered. Only
     when age alone orders requests."""
     idx = min(st.pstate[pc, PC_CLOSED_HEAD + pick[PK_K_LO]], st.pstate[pc, PC_CLOSED_HEAD + pick[PK_K_HI] - 1])
-    if prm[P_ARB] != ARB_SHARED or prm[P_AGECAP] > 0 or idx >= INF:
+    if ordered(prm) or idx >= INF:
         return False
     gb = req.gb[idx]
     e = earliest(ACT, gb, req.bgf[idx], req.rf[idx], pc, st.nxt_bank, st.nxt_bg, st.nxt_rank, st.nxt_pc, st.faw,
@@ -115,8 +113,7 @@ def _closed_candidate(pc, bb, idx, kidx, t, nt_closed, turns, prm, pick, req, ou
     may_act = (e <= t) & ~held
     pick[PK_READY_ACT] += may_act
     if turns:
-        bpp = prm[P_BPP]
-        kidx = (bb + bpp - st.pstate[pc, PC_RR_PTR] - 1) % bpp
+        kidx = turn_key(pc, bb, prm, st.pstate)
         pick[PK_ACT_KEY] = min(pick[PK_ACT_KEY], kidx if may_act else INF)
     better = may_act & (kidx < pick[PK_ROW_KEY])
     pick[PK_ROW] = idx if better else pick[PK_ROW]

@@ -12,10 +12,8 @@ import numpy as np
 
 from archsim.controller.bank_timing import earliest
 from archsim.controller.codes import (
-    ARB_SHARED,
     B_OPEN,
     P_AGECAP,
-    P_ARB,
     P_BPP,
     P_BPR,
     P_BQD,
@@ -24,7 +22,6 @@ from archsim.controller.codes import (
     P_REFHOLD,
     P_SH_BPR,
     P_WORDS,
-    PC_RR_PTR,
     PK_COL,
     PK_COL_CMD,
     PK_COL_KEY,
@@ -51,6 +48,7 @@ from archsim.controller.request_lists import bit_index, first_request, quotient
 from archsim.controller.row_policies.closed import column_bank_bound, column_command
 from archsim.controller.row_policies.open_cap import hits_go_first, precharge_candidates
 from archsim.controller.schedulers.activations import closed_banks
+from archsim.controller.schedulers.keys import ordered, turn_key
 
 assert np  # the index lowering casts with np.uint64
 
@@ -69,19 +67,6 @@ def walk_banks(pc, t, nt, turns, prm, pick, req, out, st):
         nt = _precharge_walk(pc, t, nt, turns, prm, pick, req, out, st)
         nt = closed_banks(pc, t, nt, turns, prm, pick, req, out, st)
     return nt
-
-
-@kernel_stage
-def ordered(prm):
-    """False: the oldest request is always first (no favoured port, no age cap)."""
-    return prm[P_ARB] != ARB_SHARED or prm[P_AGECAP] > 0
-
-
-@kernel_stage
-def turn_key(pc, bb, prm, pstate):
-    """Bank `bb`'s place in the turn order after the bank served last (round robin)."""
-    bpp = prm[P_BPP]
-    return (bb + bpp - pstate[pc, PC_RR_PTR] - 1) % bpp
 
 
 @kernel_stage
