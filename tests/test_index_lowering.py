@@ -14,7 +14,13 @@ from numba import njit
 from archsim.config.memory import memory_config_from_preset
 from archsim.controller import bank_timing, kernel, request_lists
 from archsim.controller.codes import BANK_COLUMNS, FLAT_ARRAYS, NCMD
-from archsim.controller.index_lowering import kernel_helper, lowered_code, with_lowered_indexing
+from archsim.controller.index_lowering import (
+    kernel_helper,
+    kernel_stage,
+    lower_pending,
+    lowered_code,
+    with_lowered_indexing,
+)
 from archsim.controller.records import KernelState
 from archsim.memory import MemorySession, _kernel_state, mask_words
 
@@ -134,12 +140,14 @@ def test_every_stage_is_compiled_with_lowered_indexing():
         stages += [f for f in vars(module).values() if hasattr(f, "py_func") and f.py_func.__module__ == info.name
                    and info.name.split(".")[2] in ("stages", "schedulers", "row_policies", "arbiters")]
     assert len(stages) >= 40
+    lower_pending()  # what numba's first compile does (a run that loads the kernel from its cache never lowers)
     for stage in stages:
         if _computes_an_index(stage.py_func):
             assert "uint64" in stage.py_func.__code__.co_names, stage.py_func.__qualname__
 
 
 def test_the_rewrite_keeps_the_source_lines_and_the_variant_constants():
+    lower_pending()
     code = lowered_code(bank_timing.act_bound.py_func)
     source_lines, first_line = inspect.getsourcelines(bank_timing.act_bound.py_func)
     assert code.co_filename == bank_timing.__file__
@@ -176,6 +184,7 @@ def test_every_kernel_helper_is_compiled_with_lowered_indexing():
     assert len(helpers) >= 20
     indexing = [f for f in helpers if _computes_an_index(f.py_func)]
     assert len(indexing) >= 15
+    lower_pending()
     for helper in indexing:
         assert "uint64" in helper.py_func.__code__.co_names, helper.py_func.__qualname__
 
@@ -206,3 +215,31 @@ def test_a_helper_module_must_import_numpy_as_np():
     without_numpy = type(no_numpy)(no_numpy.__code__, {}, "no_numpy")
     with pytest.raises(TypeError, match="numpy as np"):
         kernel_helper(without_numpy)
+
+
+def _halve(a, i):
+    return a[i] // 2
+
+
+def test_a_stage_keeps_its_source_code_until_numba_compiles_and_is_lowered_then():
+    """Lowering waits for a compile (a run whose kernel numba's cache holds never lowers): the stage's code is
+    its source's until a compile starts, and what compiles is the lowered code."""
+    lower_pending()
+    stage = kernel_stage(_halve, "_halve_stage")
+    assert "uint64" not in stage.py_func.__code__.co_names  # not lowered yet
+
+    @njit
+    def caller(a):
+        return stage(a, 3)
+
+    assert caller(np.arange(8, dtype=np.int64)) == 1
+    assert "uint64" in stage.py_func.__code__.co_names  # the compile lowered it first
+
+
+def test_the_kernel_digest_is_the_same_before_and_after_lowering():
+    from archsim.controller.source_digest import source_digest
+
+    constants = kernel.variant_globals(kernel.KernelVariant())
+    before = source_digest(kernel._kernel, constants)
+    lower_pending()
+    assert source_digest(kernel._kernel, constants) == before

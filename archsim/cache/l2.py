@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from archsim.cache.replacement import REPLACEMENT_POLICIES, choose_victim, on_fill, on_hit, policy_id
 from archsim.controller.codes import SOURCES
+from archsim.jit import njit
 from archsim.section import Section
 from archsim.units import parse_size_bytes
 

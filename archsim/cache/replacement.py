@@ -17,8 +17,8 @@ An invalid way is always taken before any valid one, lowest index first, so ever
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from archsim.jit import njit
 from archsim.registry import Registry
 
 LRU, SRRIP, BRRIP = 0, 1, 2

@@ -29,9 +29,10 @@ import textwrap
 import types
 from collections.abc import Callable
 
-from numba import njit
+from numba.core import event as numba_event
 
 from archsim.controller.codes import FLAT_ARRAYS
+from archsim.jit import njit
 
 
 def _as_unsigned(index: ast.expr) -> ast.expr:
@@ -74,11 +75,15 @@ class _LowerIndexing(ast.NodeTransformer):
         return node
 
 
+def _check_numpy(fn: Callable) -> None:
+    if "np" not in fn.__globals__:
+        raise TypeError(f"{fn.__qualname__}: its module must import numpy as np for the unsigned index casts")
+
+
 def lowered_code(fn: Callable, frozen: dict[str, int] | None = None) -> types.CodeType:
     """The code object of `fn` compiled from its source with its indexing lowered (decorators dropped; file name
     and line numbers kept, so errors and numba's cache point at the source)."""
-    if "np" not in fn.__globals__:
-        raise TypeError(f"{fn.__qualname__}: its module must import numpy as np for the unsigned index casts")
+    _check_numpy(fn)
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     definition = tree.body[0]
     source_name = fn.__code__.co_name  # the name in the source, also for a function rebuilt under another
@@ -95,17 +100,64 @@ def with_lowered_indexing(fn: Callable, name: str | None = None, global_values: 
                           frozen: dict[str, int] | None = None) -> types.FunctionType:
     """`fn` rebuilt from `lowered_code`, under `name` and with `global_values` laid over its module's globals
     (a kernel variant's constants); `frozen` parameter slots (`prm[P_X]`, by the slot's name) read as constants."""
+    rebuilt = _rebuilt(fn, name, global_values)
+    rebuilt.__code__ = lowered_code(fn, frozen)
+    return rebuilt
+
+
+def _rebuilt(fn: Callable, name: str | None, global_values: dict | None) -> types.FunctionType:
     namespace = fn.__globals__ if global_values is None else {**fn.__globals__, **global_values}
-    rebuilt = types.FunctionType(lowered_code(fn, frozen), namespace, name or fn.__name__, fn.__defaults__)
+    rebuilt = types.FunctionType(fn.__code__, namespace, name or fn.__name__, fn.__defaults__)
     rebuilt.__qualname__ = name or fn.__qualname__
     rebuilt.__doc__ = fn.__doc__
     rebuilt.__module__ = fn.__module__
     return rebuilt
 
 
+# Functions whose code is still their source's, each with the function its source is read from and its frozen
+# slots. Lowering parses and rewrites the source, 0.3 s for the kernel's 130 functions, which a run that loads
+# the kernel from numba's cache never needs: so a function is lowered when numba first compiles anything after it
+# was made (`_LowerBeforeCompiling`), and a run whose kernel numba's cache holds never lowers it.
+_PENDING: list[tuple[types.FunctionType, Callable, dict[str, int] | None]] = []
+
+
+def deferred_lowering(fn: Callable, name: str | None = None, global_values: dict | None = None,
+              frozen: dict[str, int] | None = None) -> types.FunctionType:
+    """`with_lowered_indexing(fn, ...)` with its code lowered only just before numba next compiles anything
+    (`lower_pending`)."""
+    rebuilt = _rebuilt(fn, name, global_values)
+    _PENDING.append((rebuilt, fn, frozen))
+    return rebuilt
+
+
+def lower_pending() -> int:
+    """Lower the code of every function still waiting (see `_PENDING`); how many were."""
+    count = len(_PENDING)
+    while _PENDING:
+        rebuilt, source_fn, frozen = _PENDING.pop()
+        rebuilt.__code__ = lowered_code(source_fn, frozen)
+    return count
+
+
+class _LowerBeforeCompiling(numba_event.Listener):
+    """Lowers the waiting functions when a numba compile starts, that is after a cache miss: the compile reads a
+    function's bytecode only then (and a stage's compile starts within the kernel's)."""
+
+    def on_start(self, event: numba_event.Event) -> None:
+        if _PENDING:
+            lower_pending()
+
+    def on_end(self, event: numba_event.Event) -> None:
+        pass
+
+
+numba_event.register("numba:compile", _LowerBeforeCompiling())
+
+
 def kernel_helper(fn: Callable, cache: bool = True):
     """Decorator of the kernel's helpers: `fn` with its indexing lowered, compiled to be inlined into the kernel."""
-    return njit(cache=cache, forceinline=True, error_model="numpy")(with_lowered_indexing(fn))
+    _check_numpy(fn)
+    return njit(cache=cache, forceinline=True, error_model="numpy")(deferred_lowering(fn))
 
 
 def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | None = None,
@@ -115,5 +167,5 @@ def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | No
     type inference of one function that held every stage took 90 s cold; LLVM still inlines a stage into the loop
     after linking. Not cached by itself: the kernel's cache entry holds it, under a name keyed on every source it
     reaches (`source_digest`)."""
-    return njit(cache=False, forceinline=True, error_model="numpy")(
-        with_lowered_indexing(fn, name, global_values, frozen))
+    _check_numpy(fn)
+    return njit(cache=False, forceinline=True, error_model="numpy")(deferred_lowering(fn, name, global_values, frozen))

@@ -31,7 +31,6 @@ import sys
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from archsim.controller import index_lowering
 from archsim.controller.arbiters import favored_port
@@ -82,6 +81,7 @@ from archsim.controller.stages.refresh import claim_refresh
 from archsim.controller.stages.scheduling import prepare, settle
 from archsim.controller.stages.wakeup import close_visit, due_channels, next_event
 from archsim.controller.stages.write_drain import serve_writes, wake_for_tail
+from archsim.jit import njit
 
 # `_evaluate` calls the variant's scheduler, `_visit` the variant's `_evaluate` and `_kernel` its `_visit`:
 # `compiled_kernel` lays each variant's functions over these names
@@ -239,16 +239,25 @@ def _variant_name(variant: KernelVariant) -> str:
 
 
 @functools.cache
-def variant_globals(variant: KernelVariant) -> dict:
-    """The functions `_kernel` calls in `variant`: its `_visit`, which calls its `_evaluate`, which calls its
-    scheduler (each compiled as a kernel stage under the variant's name)."""
+def _variant(variant: KernelVariant) -> tuple[dict, str]:
+    """The functions `_kernel` calls in `variant` (its `_visit`, which calls its `_evaluate`, which calls its
+    scheduler, each compiled as a kernel stage under the variant's name) and the `source_digest` of them all.
+    The digest is taken here, while the variant's functions still have their source's code (their indexing is
+    lowered only when they compile), so that it does not depend on what this process compiled before."""
     chosen = choose_builtin if variant.scheduler < 0 else EXTERNAL[variant.scheduler][2]
     name = _variant_name(variant)
     evaluate_fn = kernel_stage(_evaluate, f"_evaluate_{name}", {"schedule": chosen})
     visit_fn = kernel_stage(_visit, f"_visit_{name}", {"evaluate": evaluate_fn})
     if variant.pseudo_channels > 0:
         visit_fn = _specialized(visit_fn, _frozen(variant), name, {})
-    return {"visit": visit_fn}
+    constants = {"visit": visit_fn}
+    # numba keys its cache on this file alone: the digest of every source it reaches in the name keys it on them all
+    return constants, source_digest(_kernel, constants, extra_modules=(index_lowering, sys.modules[__name__]))
+
+
+def variant_globals(variant: KernelVariant) -> dict:
+    """The functions `_kernel` calls in `variant` (see `_variant`)."""
+    return _variant(variant)[0]
 
 
 @functools.cache
@@ -256,12 +265,11 @@ def compiled_kernel(variant: KernelVariant):
     """`_kernel` compiled for `variant` on first use, under its own name (and so its own cache files) that ends in
     the `source_digest` of everything it reaches and of this module (the frozen values), so that an edited stage,
     helper, constant or timing rule compiles anew instead of loading a stale kernel. Every function is compiled
-    from its source with lowered indexing (`with_lowered_indexing`)."""
-    constants = variant_globals(variant)
-    # numba keys its cache on this file alone: the digest of every source it reaches in the name keys it on them all
-    digest = source_digest(_kernel, constants, extra_modules=(index_lowering, sys.modules[__name__]))
-    kernel_fn = with_lowered_indexing(_kernel, f"_kernel_{_variant_name(variant)}_{digest}", constants,
-                                      _frozen(variant))
+    from its source with lowered indexing (`index_lowering`); the stages only on a cache miss, the kernel itself
+    always, since numba's cache index is keyed on the kernel's bytecode."""
+    constants, digest = _variant(variant)
+    name = f"_kernel_{_variant_name(variant)}_{digest}"
+    kernel_fn = with_lowered_indexing(_kernel, name, constants, _frozen(variant))
     return njit(cache=True, error_model="numpy", _nrt=False)(kernel_fn)
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 
 from archsim.config.memory import MemoryConfig
+from archsim.jit import numba
 from archsim.memory import MemorySession, ReplayResult, Requests, warm_up
 
 PNM_SOURCE = 1  # index of "pnm" in archsim.config.memory.SOURCES

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
+
+from archsim.jit import njit
 
 # cycles at or above this cannot be simulated (the kernel's INF is 2^62)
 MAX_CYCLE = (1 << 62) - 1
