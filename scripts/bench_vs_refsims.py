@@ -60,21 +60,21 @@ def _loop_s(name: str, out: Path) -> float:
     return figures["sim"]["wall_s"] if name == "archsim" else figures["loop_wall_s"]
 
 
-def _timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _timed(command: list[str], cwd: Path) -> float:
+    start = time.perf_counter()  # in `cwd`: the drivers leave their simulators' own stats files there
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     return time.perf_counter() - start
 
 
 def _measure(commands: dict[str, list[str]], out: Path, runs: int) -> dict[str, dict[str, list[float]]]:
     """Whole-process and loop seconds of each simulator, `runs` rounds in alternating order after a warm-up."""
     for command in commands.values():
-        _timed(command)
+        _timed(command, out)
     times: dict[str, dict[str, list[float]]] = {name: {"whole_s": [], "loop_s": []} for name in commands}
     for round_ in range(runs):
         order = list(commands)[round_ % len(commands):] + list(commands)[:round_ % len(commands)]
         for name in order:
-            times[name]["whole_s"].append(_timed(commands[name]))
+            times[name]["whole_s"].append(_timed(commands[name], out))
             times[name]["loop_s"].append(_loop_s(name, out))
     return times
 
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     args = parser.parse_args()
     _check_build(args.build)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="archsim_vs_refsims_"))
+    work = (args.keep or Path(tempfile.mkdtemp(prefix="archsim_vs_refsims_"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     memory_yaml = work / "memory.yaml"
     subprocess.run([sys.executable, "-m", "archsim", "config", "import-dramsim3", str(DEFAULT_INI), "-o",

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from archsim.energy import energy_breakdown
+from archsim.system.placements import placement_of
 
 if TYPE_CHECKING:
     from archsim.system.attention import PoolAttentionTime
@@ -41,11 +42,9 @@ def step_counts(system: SystemConfig, workload: Workload, geo: KvGeometry, work:
     append_step = geo.append_layer_bytes * L
     hbm_bytes = work.weight_bytes * instances
     flops = (work.layer_flops * L + work.epilogue_flops) * instances
-    if system.kv_location == "gpu":
-        hbm_bytes += kv_step + append_step
-    elif system.attention == "gpu":
-        hbm_bytes += 2 * kv_step
-    if system.attention == "gpu":
+    placement = placement_of(system)
+    hbm_bytes += placement.staged_hbm_bytes(kv_step, append_step)
+    if placement.gpu_attends:
         flops += 2 * geo.layer_macs * L
     counts: dict[str, float] = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
     if traffic is not None:
@@ -57,8 +56,7 @@ def step_counts(system: SystemConfig, workload: Workload, geo: KvGeometry, work:
         passes = pnm.sram.passes if pnm is not None else 1
         counts["dram.act"] = dram.commands.get("ACT", 0.0) * L * passes
         counts["dram.pre"] = (dram.commands.get("PRE", 0.0) + dram.commands.get("PREA", 0.0)) * L * passes
-        read_kind = "dram.read_bit.pnm" if system.attention == "pnm" else "dram.read_bit.host"
-        counts[read_kind] = 8.0 * kv_step * passes
+        counts[placement.dram_read_action] = 8.0 * kv_step * passes
         counts["dram.write_bit.host"] = 8.0 * append_step
         # the table prices a refresh of a 1 GiB channel (DRAMSim3 HBM2 channel_size 1024 MB): refresh energy
         # follows the cells refreshed, so the count is the pool's GiB refreshed once per tREFI over the step

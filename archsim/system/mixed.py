@@ -35,6 +35,7 @@ from archsim.system.decode import StepResult, simulate_step
 from archsim.system.gpu import GpuLayerTime, gpu_layer_time, gpu_work, roofline_ns
 from archsim.system.kvstream import kv_geometry
 from archsim.system.links import analytic_share_GBps
+from archsim.system.placements import PLACEMENTS, placement_of
 from archsim.system.workload import Workload
 
 
@@ -60,7 +61,8 @@ class MixedStep:
 
 def decode_terms(system: SystemConfig, workload: Workload, sequences: int, context: int) -> DecodeTerms:
     """Run the decode-step model (DRAM and PNM timed) for `sequences` per instance at `context`."""
-    if system.kv_location == "gpu":  # attention is the GPUs' HBM roofline: nothing to replay
+    placement = placement_of(system)
+    if placement.kind == "gpu":  # attention is the GPUs' HBM roofline: nothing to replay
         return DecodeTerms(sequences, context, "gpu", 0.0, 0.0, 1.0)
     step = simulate_step(system, replace(workload, batch=sequences, max_context=None), context)
     if not step.ok:
@@ -68,10 +70,10 @@ def decode_terms(system: SystemConfig, workload: Workload, sequences: int, conte
                           file=system.file, where="system")
     L = workload.shape.num_layers
     stretch = step.allreduce_stretch
-    if system.attention == "pnm":
+    if placement.kind == "pnm":
         return DecodeTerms(sequences, context, "pnm", step.attention_ns / L, 0.0, stretch, step)
     latency = step.term_ns("exposed_latency")
-    return DecodeTerms(sequences, context, "fetch", step.pool_side_ns / L, latency, stretch, step)
+    return DecodeTerms(sequences, context, placement.kind, step.pool_side_ns / L, latency, stretch, step)
 
 
 def mixed_step(system: SystemConfig, workload: Workload, cached_tokens: np.ndarray, new_tokens: np.ndarray,
@@ -110,20 +112,11 @@ def compose(system: SystemConfig, workload: Workload, tokens: int, sequences: in
     own = {"gpu_weights": gpu.kernels_ns, "allreduce": gpu.allreduce_ns,
            "prefill_attention": prefill["gpu"] + prefill["pnm"]}
     kv_d, flops_d = _decode_hbm_work(workload, decode_sequences, decode_cached_tokens)
-    kind = "gpu" if terms is None else terms.kind
-    exposed = 0.0
-    if kind == "gpu" or kind == "pnm":
-        attention = roofline_ns(kv_d, flops_d, gpus) if kind == "gpu" else terms.pool_ns  # type: ignore[union-attr]
-        critical = {**own, "gpu_attention" if kind == "gpu" else "pnm_attention": attention}
-    elif system.gpu_fetch == "prefetch":  # the next layer's fetch runs under this layer's HBM work
-        assert terms is not None
-        hbm = {**own, "gpu_attention": roofline_ns(2 * kv_d, flops_d, gpus)}
-        fetch = terms.pool_ns - terms.route_latency_ns
-        critical = hbm if sum(hbm.values()) >= fetch else {"kv_fetch": fetch}
-        exposed = terms.route_latency_ns
+    if terms is None:
+        critical, exposed = PLACEMENTS["gpu"].decode_layer(own, kv_d, flops_d, 0.0, 0.0, system, gpus)
     else:
-        assert terms is not None
-        critical = {**own, "kv_fetch": terms.pool_ns, "gpu_attention": roofline_ns(kv_d, flops_d, gpus)}
+        critical, exposed = PLACEMENTS[terms.kind].decode_layer(own, kv_d, flops_d, terms.pool_ns,
+                                                                terms.route_latency_ns, system, gpus)
     layer = sum(critical.values())
     critical["prefill_kv_write"] = max(0.0, prefill["kv_write"] - layer)  # leaves while the layer computes
     parts = {k: L * v for k, v in critical.items()}
