@@ -12,6 +12,11 @@ class ArchsimError(Exception):
         self.detail = message
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple:
+        # keyword-only fields: the default reduce would rebuild from the rendered message alone (and fail), so
+        # an error raised in a worker process (`serve --jobs`, sweeps) reaches the parent whole
+        return _rebuild, (type(self), self.detail, self.file, self.where)
+
     def located(self, file: str | None) -> ArchsimError:
         """The same error with `file` filled in when the raiser did not know it."""
         if self.file or not file:
@@ -27,6 +32,10 @@ class ArchsimError(Exception):
         elif self.where:
             location = f"{self.where}: "
         return f"{location}{self.detail}"
+
+
+def _rebuild(cls: type[ArchsimError], detail: str, file: str | None, where: str | None) -> ArchsimError:
+    return cls(detail, file=file, where=where)
 
 
 class ConfigError(ArchsimError):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +19,14 @@ from archsim.config.memory import (
     MemoryConfig,
 )
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
-from archsim.controller.kernel import PLAIN, SPECIALIZED_SHAPES, KernelVariant, compiled_kernel, run_kernel
+from archsim.controller.kernel import PLAIN, SPECIALIZED_SHAPES, KernelVariant, run_kernel
 from archsim.controller.records import CommandLogArrays, KernelState, RequestArrays, RequestOutcomes
 from archsim.controller.schedulers import EXTERNAL
 from archsim.dram.commands import CommandLog
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import EMPTY_TRACE, TraceError
+from archsim.kernel_cache import _PREPARED, describe_variant, prepare_kernel, variant_on_disk
 
 
 @dataclass(frozen=True)
@@ -434,41 +433,9 @@ def _progress_bar(n: int) -> Any:
 
 
 # the kernel variants compiled or loaded in this process, each with how (numba's cache "hit" or "miss")
-_PREPARED: dict[KernelVariant, str] = {}
-
-
-def describe_variant(cfg: MemoryConfig, variant: KernelVariant) -> str:
-    """What a kernel variant is compiled for, in words, for the one-line compile notice."""
-    if variant.pseudo_channels > 0:
-        return (f"{cfg.standard} (the plain kernel: default controller, {variant.pseudo_channels} pseudo-channel(s) x "
-                f"{variant.ranks} rank(s))")
-    if variant.scheduler < 0:
-        return f"{cfg.standard} (the general kernel, every built-in controller feature)"
-    return f"{cfg.standard} (the kernel with scheduler {EXTERNAL[variant.scheduler][0]!r})"
-
-
-def prepare_kernel(variant: KernelVariant, args: tuple, what: str) -> str:
-    """Compile `variant` for the types of `args` (a session's kernel arguments) or load it from numba's cache;
-    "hit" or "miss". A compile says so on stderr when that is a terminal, once per variant: it takes minutes."""
-    import numba
-
-    dispatcher = compiled_kernel(variant)
-    if not _on_disk(dispatcher) and sys.stderr.isatty():
-        print(f"archsim: compiling the memory kernel for {what}: first run only, 25-50 s on 2 cores; "
-              f"later runs load it from numba's cache", file=sys.stderr, flush=True)
-    dispatcher.compile(tuple(numba.typeof(a) for a in args))
-    outcome = "hit" if sum(dispatcher.stats.cache_hits.values()) else "miss"
-    _PREPARED[variant] = outcome
-    return outcome
-
-
-def _on_disk(dispatcher: Any) -> bool:
-    """Whether numba's cache has an index for this compiled function (numba's cache internals; False if they
-    change)."""
-    try:
-        return os.path.exists(dispatcher._cache._cache_file._index_path)
-    except AttributeError:
-        return False
+def kernel_cached(cfg: MemoryConfig) -> bool:
+    """Whether numba's cache already holds the kernel variant a replay of `cfg` runs (no command log)."""
+    return variant_on_disk(kernel_variant(kernel_params(cfg, 0)))
 
 
 def warm_up(cfg: MemoryConfig | None = None) -> None:

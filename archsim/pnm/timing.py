@@ -455,20 +455,24 @@ class UnitTimer:
             self.t_front = issue + 1 if self.slots >= self._width else issue
             self.stats.issued += 1
             i += 1
-            if self._dry and (kind in (BARRIER, HALT)):
-                self.dry_push = (self.clock.to_memory(issue + self.pnm.barrier_latency_cycles) if kind == BARRIER
-                                 else _NEVER)  # a barrier releases its units that much after the last arrives
-                raise _DryStopError
-            if kind == BARRIER:
-                self.i, self.state = i, AT_BARRIER
-                self.barrier_id, self.arrival = self._imm[pc], issue
-                return
-            if kind == HALT:
-                self.i, self.state = i, HALTED
-                self.stats.finish_cycle = issue
+            if kind in (BARRIER, HALT):
+                self._stop_at(kind, i, pc, issue)
                 return
         raise ProgramError("the timed run ran past the end of the trace without HALT",
                            file=self.work.program.source)
+
+    def _stop_at(self, kind: int, i: int, pc: int, issue: int) -> None:
+        """A BARRIER or HALT issued at cycle `issue`; `i` is the next instruction."""
+        if self._dry:
+            self.dry_push = (self.clock.to_memory(issue + self.pnm.barrier_latency_cycles) if kind == BARRIER
+                             else _NEVER)  # a barrier releases its units that much after the last arrives
+            raise _DryStopError
+        if kind == BARRIER:
+            self.i, self.state = i, AT_BARRIER
+            self.barrier_id, self.arrival = self._imm[pc], issue
+        else:
+            self.i, self.state = i, HALTED
+            self.stats.finish_cycle = issue
 
     def _block(self, i: int, transfer: int) -> None:
         self.i, self.state, self.blocked_on = i, BLOCKED, transfer

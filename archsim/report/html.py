@@ -80,6 +80,11 @@ def figures_for(file: str, tree: dict[str, Any]) -> list[tuple[str, Any]]:
                    for r in tree["results"]]
         return [(f"{name}: decode step and energy per token", comparison_figure(results)),
                 (f"{name}: where the step's time and energy go", breakdown_figure(tree["results"]))]
+    if schema.startswith("archsim.serving/") and tree.get("rates_per_s"):  # serve --rates: a load sweep
+        from archsim.serving.load_plot import load_figure
+
+        return [(f"{name}: serving ({tree.get('scenario')}) against the offered load",
+                 load_figure(tree["results"], tree["rates_per_s"]))]
     if schema.startswith("archsim.serving/"):
         from archsim.serving.plots import serving_figure
 

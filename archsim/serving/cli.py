@@ -80,18 +80,27 @@ def fabric_ratios(entries: Sequence[dict]) -> dict[str, float | None]:
               help="Write each request's life (queued, KV load, prefill, decode) per system as a Chrome trace.")
 @click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:10s).")
 @click.option("--timeline-requests", type=int, metavar="N", help="Only the first N requests in the timeline.")
+@click.option("--rates", "rates_text", metavar="R1,R2,...",
+              help="Serve every system at each of these session arrival rates per second (the scenario's "
+                   "arrivals.rate_per_s); --plot then draws throughput and latency against the offered load.")
+@click.option("--jobs", type=click.IntRange(min=1),
+              help="Systems served at once, each in its own process (default: one per core, up to the systems); "
+                   "the results are the same for any value.")
 def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, duration: str | None, seed: int,
           warmup_requests: int, overrides: Sequence[str], json_path: str | None, plot_path: str | None,
           requests_path: str | None, quiet: bool, timeline_path: str | None, timeline_window: str | None,
-          timeline_requests: int | None) -> None:
+          timeline_requests: int | None, rates_text: str | None, jobs: int | None) -> None:
     """Serve a scenario's requests on each system: TTFT, TPOT, end-to-end latency, throughput, KV reuse."""
     from archsim.outputs import OutputPlan
     from archsim.progress import progress_bar
     from archsim.report.output import write_json
     from archsim.report.timeline import parse_window, serving_timeline
     from archsim.resources import display_path
+    from archsim.serving.load import parse_rates, rate_label, scenarios_at_rates
+    from archsim.serving.load_plot import plot_load
+    from archsim.serving.parallel import default_jobs, run_systems
     from archsim.serving.plots import plot
-    from archsim.serving.run import SCHEMA, requests_lines, requests_source, result_entry, run_system
+    from archsim.serving.run import SCHEMA, SystemRun, requests_lines, requests_source, result_entry
     from archsim.serving.scenario import load_scenario
     from archsim.system.config import load_system_configs
     from archsim.units import parse_time_ns
@@ -105,7 +114,12 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     unknown = [o for o in overrides if not o.strip().startswith(("scenario.", "system."))]
     if unknown:
         raise ConfigError(f"{unknown[0]!r}: a --set key starts with scenario. or system.", where="--set")
-    scenario = load_scenario(scenario_path, [o for o in overrides if o.strip().startswith("scenario.")])
+    scenario_sets = [o for o in overrides if o.strip().startswith("scenario.")]
+    scenario = load_scenario(scenario_path, scenario_sets)
+    rates = parse_rates(rates_text) if rates_text is not None else None
+    if rates is not None and timeline_path is not None:
+        raise ConfigError("a timeline shows one offered load: give it without --rates", where="--timeline")
+    loads = scenarios_at_rates(scenario_path, scenario_sets, scenario, rates) if rates else [scenario]
     configs = load_system_configs(systems, [o for o in overrides if o.strip().startswith("system.")])
     inputs = [c.file for c in configs if c.file] + ([scenario.file] if scenario.file else [])
     outputs = OutputPlan(inputs=[f for f in inputs if f])
@@ -114,33 +128,53 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     outputs.add(requests_path, "--requests-out")
     outputs.add(timeline_path, "--timeline")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
-    requests_for = requests_source(scenario, n_requests if n_requests or duration_ns else 1000, duration_ns, seed)
-    runs, entries = [], []
-    with progress_bar(len(configs), "system", "serve", quiet) as bar:
-        for config in configs:
-            t0 = time.perf_counter()
-            run = run_system(config, scenario, requests_for, warmup=warmup_requests)
-            runs.append(run)
-            entries.append(result_entry(run, scenario))
+    count = n_requests if n_requests or duration_ns else 1000
+    tasks = [(config, load, requests_source(load, count, duration_ns, seed)) for load in loads for config in configs]
+    rate_of = [rates[k // len(configs)] if rates else None for k in range(len(tasks))]
+    entries = []
+    with progress_bar(len(tasks), "system", "serve", quiet) as bar:
+
+        def done(k: int, run: SystemRun, seconds: float) -> None:
+            entry = result_entry(run, tasks[k][1])
+            if rate_of[k] is not None:
+                entry["rate_per_s"] = rate_of[k]
+            entries.append(entry)
             events = run.result.events if run.result is not None else 0
             bar.update(1)
             if not quiet:
-                click.echo(f"  {config.name}: {events:,} events in {time.perf_counter() - t0:.1f} s", err=True)
+                at = f" at {rate_label(rate_of[k])}" if rate_of[k] is not None else ""
+                click.echo(f"  {tasks[k][0].name}{at}: {events:,} events in {seconds:.1f} s", err=True)
+
+        jobs = jobs if jobs is not None else default_jobs(len(tasks))
+        runs = run_systems(tasks, warmup=warmup_requests, jobs=jobs, on_done=done)
+    per_load = [entries[k * len(configs):(k + 1) * len(configs)] for k in range(len(loads))]
     tree = {"schema": SCHEMA, "scenario": scenario.name,
             "scenario_file": display_path(scenario.file) if scenario.file else None, "seed": seed,
-            "requests": n_requests, "duration_ns": duration_ns, "warmup_requests": warmup_requests,
-            "fabric_ttft_ratio": fabric_ratios(entries), "results": entries}
+            "requests": n_requests, "duration_ns": duration_ns, "warmup_requests": warmup_requests}
+    if rates:  # keys only a load sweep has: the JSON of one load stays as it was
+        tree["rates_per_s"] = rates
+        tree["fabric_ttft_ratio"] = {f"{r:g}": fabric_ratios(group) for r, group in zip(rates, per_load, strict=True)}
+    else:
+        tree["fabric_ttft_ratio"] = fabric_ratios(entries)
+    tree["results"] = entries
     title = f"archsim serve: scenario {scenario.name} ({scenario.model}), seed {seed}"
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
-    outputs.write(plot_path, lambda tmp: plot(runs, entries, tmp, title, warmup_requests))
-    outputs.write(requests_path, lambda tmp: _write_lines(tmp, [line for run in runs for line in requests_lines(run)]))
+    if rates:
+        outputs.write(plot_path, lambda tmp: plot_load(entries, rates, tmp, title))
+    else:
+        outputs.write(plot_path, lambda tmp: plot(runs, entries, tmp, title, warmup_requests))
+    outputs.write(requests_path, lambda tmp: _write_lines(tmp, [{**line, "rate_per_s": rate_of[k]} if rates else line
+                                                                for k, run in enumerate(runs)
+                                                                for line in requests_lines(run)]))
     if timeline_path is not None:
         outputs.write(timeline_path, serving_timeline(runs, window, source=scenario.name).write)
     outputs.commit()
     if not quiet:
-        click.echo(render_table(entries, title))
-        for key, ratio in tree["fabric_ttft_ratio"].items():
-            click.echo(f"  TTFT {key}: {_fmt(ratio, '.3f')}")
+        for k, group in enumerate(per_load):
+            click.echo(render_table(group, title + (f", {rate_label(rates[k])}" if rates else "")))
+            ratios = tree["fabric_ttft_ratio"][f"{rates[k]:g}"] if rates else tree["fabric_ttft_ratio"]
+            for key, ratio in ratios.items():
+                click.echo(f"  TTFT {key}: {_fmt(ratio, '.3f')}")
     click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
     if not any(e["status"] == "ok" for e in entries):  # exit 0 only when some system served the requests
         click.echo("archsim: no system could serve the scenario: every result is infeasible", err=True)

@@ -1,0 +1,114 @@
+"""`archsim serve` on several cores: each system's run in a worker process, the results in the given order.
+
+Systems are independent runs on the same requests, so each can run in its own process and the JSON is
+byte-identical to a serial run (tests/test_serving_parallel.py). Workers are forked, so they start with the
+parent's imports (nothing is re-imported or pickled on the way in), and each takes the next system when it
+finishes one. The systems whose decode cost replays DRAM (a PNM pool, or KV streamed every step) take longest.
+With their memory kernel in numba's cache they are handed out first. Without it, compiling the kernel takes
+most of a first run: the first such system goes first and compiles it, the systems that never run the kernel
+come next (the other workers serve them meanwhile), and the other kernel systems come last; a worker that
+needs the kernel while another compiles it waits for it (`kernel_cache.compile_lock`) and loads it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from archsim.serving.run import SystemRun, run_system
+from archsim.serving.scenario import Scenario
+from archsim.system.config import SystemConfig
+
+# one run: a system, the scenario it serves and its requests (`requests_for(block_tokens)`: run.requests_source)
+Task = tuple[SystemConfig, Scenario, Any]
+# what a forked worker runs: set by run_systems just before the workers fork (fork copies it, nothing is pickled)
+_JOB: tuple[Sequence[Task], int] | None = None
+
+
+def uses_memory_kernel(system: SystemConfig) -> bool:
+    """Whether serving `system` replays DRAM for its decode cost (archsim.serving.costs: `tabulated`)."""
+    return system.kv_location != "gpu" and (system.attention == "pnm" or system.kv_decode == "stream")
+
+
+def kernel_cached(system: SystemConfig) -> bool:
+    """Whether numba's cache already holds the memory kernel `system`'s pool replays run."""
+    from archsim.memory import kernel_cached as cached
+
+    return system.pool is not None and cached(system.pool.memory)
+
+
+def hand_out_order(systems: Sequence[SystemConfig], cached: Callable[[SystemConfig], bool] = kernel_cached
+                   ) -> list[int]:
+    """Indices of `systems` in the order workers take them. The kernel systems take longest, so with their
+    kernel in numba's cache they go first (longest first balances the workers); without it, the first of them
+    goes first, then the systems without the kernel (served while it compiles), then the other kernel systems."""
+    kernel = [k for k, s in enumerate(systems) if uses_memory_kernel(s)]
+    plain = [k for k, s in enumerate(systems) if not uses_memory_kernel(s)]
+    if all(cached(systems[k]) for k in kernel):
+        return kernel + plain
+    return kernel[:1] + plain + kernel[1:]
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_jobs(n_systems: int) -> int:
+    """One worker per system up to the cores this process may use; 1 where workers cannot be forked."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(n_systems, usable_cores()))
+
+
+def _run_one(k: int) -> tuple[int, SystemRun, float]:
+    assert _JOB is not None
+    tasks, warmup = _JOB
+    system, scenario, requests_for = tasks[k]
+    start = time.perf_counter()
+    run = run_system(system, scenario, requests_for, warmup=warmup)
+    return k, run, time.perf_counter() - start
+
+
+def _quiet_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers
+
+
+def run_systems(tasks: Sequence[Task], *, warmup: int, jobs: int,
+                on_done: Callable[[int, SystemRun, float], None]) -> list[SystemRun]:
+    """Run every task, `jobs` at a time; `on_done(index, run, seconds)` is called in the tasks' own order as
+    their runs come in. The runs, in that order."""
+    global _JOB
+    came: dict[int, tuple[SystemRun, float]] = {}
+    runs: list[SystemRun] = []
+
+    def collect(k: int, run: SystemRun, seconds: float) -> None:
+        came[k] = (run, seconds)
+        while len(runs) in came:  # report in the systems' order, whatever order they finish in
+            run, seconds = came[len(runs)]
+            on_done(len(runs), run, seconds)
+            runs.append(run)
+
+    _JOB = (tasks, warmup)
+    try:
+        if jobs <= 1 or len(tasks) <= 1:
+            for k in range(len(tasks)):
+                collect(*_run_one(k))
+        else:
+            context = multiprocessing.get_context("fork")
+            order = hand_out_order([system for system, _, _ in tasks])
+            with context.Pool(min(jobs, len(tasks)), initializer=_quiet_interrupts) as pool:
+                for result in pool.imap_unordered(_run_one, order, chunksize=1):
+                    collect(*result)
+    finally:
+        _JOB = None
+    return runs
+
+
+__all__ = ["run_systems", "default_jobs", "hand_out_order", "uses_memory_kernel"]
