@@ -58,16 +58,23 @@ def pnm() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the stats tree here.")
 @click.option("--reproducible", is_flag=True, help="Zero the host-timing stats so the JSON is byte-identical.")
 @click.option("--quiet", is_flag=True, help="No report.")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
+              help="Write each unit's instructions per execution unit, stalls and DMA transfers as a Chrome trace.")
+@click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:5us).")
+@click.option("--timeline-requests", type=int, metavar="N", help="Only each unit's first N instructions.")
 def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: str, defines: tuple[str, ...],
         overrides: tuple[str, ...], units: int | None, json_path: str | None, reproducible: bool,
-        quiet: bool) -> None:
+        quiet: bool, timeline_path: str | None, timeline_window: str | None, timeline_requests: int | None) -> None:
     """Run KERNEL for SHAPE on the PNM units and print cycles, roofline, bandwidth and stalls."""
     from archsim.config.memory import load_memory_config
     from archsim.outputs import OutputPlan
     from archsim.pnm.simulate import run_pnm
     from archsim.pnm.stats import pnm_stats, pnm_summary_rows
+    from archsim.pnm.timeline import pnm_timeline
     from archsim.pnm.unit_config import load_pnm_config
     from archsim.report.output import table, write_json
+    from archsim.report.timeline import parse_window
+    from archsim.resources import display_path
 
     memory_overrides, pnm_overrides = _split_overrides(overrides)
     pnm_cfg = load_pnm_config(pnm_path, pnm_overrides)
@@ -78,10 +85,15 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
         memory_path = pnm_cfg.memory_path
     outputs = OutputPlan(inputs=[kernel, memory_path, pnm_cfg.source_file])
     outputs.add(json_path, "--json")
+    outputs.add(timeline_path, "--timeline")
+    window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     memory_cfg = load_memory_config(memory_path, memory_overrides)
-    result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units, progress=not quiet)
+    result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units, progress=not quiet,
+                     record=timeline_path is not None)
     stats = pnm_stats(result, reproducible=reproducible)
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
+    if timeline_path is not None:
+        outputs.write(timeline_path, pnm_timeline(result, window, source=display_path(kernel)).write)
     outputs.commit()
     if not quiet:
         click.echo(table(pnm_summary_rows(stats), title=f"archsim pnm run: {kernel} on {memory_path}"))

@@ -204,6 +204,9 @@ class UnitTimer:
         self._rate = pnm.dma.requests_per_memory_cycle
         self._max_out = pnm.dma.max_outstanding_loads
         self._width = pnm.issue_width
+        # (instruction, earliest, issue cycle, stall cause, producer's busy end) per issued instruction, for the
+        # timeline (archsim/pnm/timeline.py); None: not recorded
+        self.record: list[tuple[int, int, int, int, int]] | None = None
         self._dry = False  # a lookahead copy (see next_push_bound)
         self.dry_push = _NEVER
 
@@ -257,7 +260,7 @@ class UnitTimer:
         for name in ("reg_ready", "w_ready", "w_busy", "w_cat", "w_pending", "r_done", "r_cat", "eu_free"):
             setattr(dry, name, list(getattr(self, name)))
         dry.stats = UnitStats(list(self.stats.stalls), list(self.stats.busy))
-        dry._dry, dry.state = True, RUNNING
+        dry._dry, dry.state, dry.record = True, RUNNING, None  # the lookahead is not part of the timeline
         transfers = len(self.t_parts)  # the copy shares the transfer lists and only appends to them
         try:
             dry.advance()
@@ -326,7 +329,7 @@ class UnitTimer:
         reg_ready, w_ready, w_busy, w_cat, w_pending = self.reg_ready, self.w_ready, self.w_busy, self.w_cat, \
             self.w_pending
         r_done, r_cat, eu_free = self.r_done, self.r_cat, self.eu_free
-        stalls, busy = self.stats.stalls, self.stats.busy
+        stalls, busy, record = self.stats.stalls, self.stats.busy, self.record
         sram_latency = self._sram_latency
         n = self.n
         i = self.i
@@ -393,6 +396,8 @@ class UnitTimer:
                     bound, cause = self.send_done, HOST
             issue = bound
             stall = issue - earliest
+            if record is not None:
+                record.append((i, earliest, issue, cause, split))
             if stall > 0:
                 if cause == _COMPUTED:
                     part = min(max(split - earliest, 0), stall)
@@ -478,6 +483,8 @@ class UnitTimer:
         self.i, self.state, self.blocked_on = i, BLOCKED, transfer
 
     def release_barrier(self, cycle: int) -> None:
+        if self.record is not None and cycle > self.t_front:
+            self.record.append((-1, self.t_front, cycle, BAR, 0))  # -1: the wait for the other units
         self.stats.stalls[BAR] += max(0, cycle - self.t_front)
         self.t_front = max(self.t_front, cycle)
         self.state = RUNNING
@@ -525,13 +532,15 @@ def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain], barrier_l
 
 
 def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryConfig, pnm: PnmConfig,
-             layout: DeviceLayout, table: IsaTable | None = None, progress: bool = False) -> TimingRun:
+             layout: DeviceLayout, table: IsaTable | None = None, progress: bool = False,
+             record: bool = False) -> TimingRun:
     """Run every unit against the simulated memory; see the module docstring and docs/pnm.md.
 
     Memory domains: with channel_local addressing every channel group's controllers form a domain of
     their own (a MemorySession each: controllers are independent and each has its own front end); with
     interleaved addressing the whole device is one domain shared by all units. `progress`: a bar of the
-    instructions the units have issued (`archsim.progress`: a terminal only, after 2 s).
+    instructions the units have issued (`archsim.progress`: a terminal only, after 2 s). `record`: keep each
+    issued instruction's issue cycle and stall in `UnitTimer.record`, for a timeline.
     """
     from archsim.progress import progress_bar
 
@@ -547,6 +556,8 @@ def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryCon
                                     [requests[i].address[requests[i].domain == d] for i in users],
                                     [requests[i].is_write[requests[i].domain == d] for i in users]))
     timers = [UnitTimer(w, r, domains, pnm, layout, isa, table) for w, r in zip(works, requests, strict=True)]
+    for timer in timers:
+        timer.record = [] if record else None
     bar = progress_bar(sum(t.n for t in timers), "instr", "pnm run", quiet=not progress)
     issued = 0
     while True:
