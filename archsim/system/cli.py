@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -82,12 +83,17 @@ def _breakdown(result: dict) -> str:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/2 tree here.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
               help="Override a system or workload value, e.g. system.pool.devices=4, workload.batch=8 (repeatable).")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
+              help="Write each decode step, layer by layer, critical and overlapped terms, as a Chrome trace.")
+@click.option("--timeline-window", metavar="START:END", help="Only this part of the step in the timeline (e.g. 0:2ms).")
 @click.option("--quiet", is_flag=True, help="No table.")
 def simulate(system: str, workload_path: str | None, trace_path: str | None, contexts: str | None,
-             json_path: str | None, overrides: tuple[str, ...], quiet: bool) -> None:
+             json_path: str | None, overrides: tuple[str, ...], quiet: bool, timeline_path: str | None,
+             timeline_window: str | None) -> None:
     """Decode-step latency, attention time, link bytes, DRAM behaviour and energy of one system."""
     from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
+    from archsim.report.timeline import parse_window
     from archsim.system.config import load_system_config
     from archsim.system.report import render_table, result_tree, run_comparison
 
@@ -97,9 +103,12 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
     workload = _workload(workload_path, trace_path, workload_sets)
     outputs = OutputPlan(inputs=_inputs([cfg], workload))
     outputs.add(json_path, "--json")
+    outputs.add(timeline_path, "--timeline")
+    window = parse_window(timeline_window, None, timeline=timeline_path)
     results = run_comparison([cfg], workload, _contexts(contexts), quiet=quiet)
     tree = result_tree([cfg], workload, results)
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    _write_timeline(outputs, timeline_path, results, workload, window)
     outputs.commit()
     if not quiet:
         click.echo(render_table(results, f"archsim simulate: {cfg.name} ({cfg.tier}), workload {workload.name}"))
@@ -117,12 +126,16 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
 @click.option("--contexts", help="Comma-separated contexts, e.g. 4K,32K,128K (default: the workload's).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/2 tree here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a latency/energy plot (PNG).")
+@click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
+              help="Write each decode step, layer by layer, critical and overlapped terms, as a Chrome trace.")
+@click.option("--timeline-window", metavar="START:END", help="Only this part of the step in the timeline (e.g. 0:2ms).")
 @click.option("--quiet", is_flag=True, help="No table.")
 def compare(systems: Sequence[str], workload_path: str, contexts: str | None, json_path: str | None,
-            plot_path: str | None, quiet: bool) -> None:
+            plot_path: str | None, quiet: bool, timeline_path: str | None, timeline_window: str | None) -> None:
     """Several systems side by side on one workload: a table, JSON and a plot per system and context."""
     from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
+    from archsim.report.timeline import parse_window
     from archsim.system.config import load_system_configs
     from archsim.system.report import plot, render_table, result_tree, run_comparison
     from archsim.system.workload import load_workload
@@ -133,15 +146,26 @@ def compare(systems: Sequence[str], workload_path: str, contexts: str | None, js
     outputs = OutputPlan(inputs=_inputs(configs, workload))
     outputs.add(json_path, "--json")
     outputs.add(plot_path, "--plot", kind="plot")
+    outputs.add(timeline_path, "--timeline")
+    window = parse_window(timeline_window, None, timeline=timeline_path)
     results = run_comparison(configs, workload, _contexts(contexts), quiet=quiet)
     tree = result_tree(configs, workload, results)
     title = f"archsim compare: workload {workload.name} ({workload.shape.name}, batch {workload.batch})"
     outputs.write(json_path, lambda tmp: write_json(tmp, tree))
     outputs.write(plot_path, lambda tmp: plot(results, tmp, title))
+    _write_timeline(outputs, timeline_path, results, workload, window)
     outputs.commit()
     if not quiet:
         click.echo(render_table(results, title))
     click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+
+
+def _write_timeline(outputs: Any, path: str | None, results: Sequence[Any], workload: Any, window: Any) -> None:
+    if path is not None:
+        from archsim.system.step_timeline import step_timeline
+
+        timeline = step_timeline(results, workload.shape.num_layers, window, source=workload.name)
+        outputs.write(path, timeline.write)
 
 
 __all__ = ["compare", "simulate"]
