@@ -321,10 +321,16 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
           "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap"),
           "disaggregated": spec(instances=3, disaggregated=True, prefill_instances=1, lower="host_dram",
                                 hbm_tokens=6000)}[system]
-    fast = simulate(reqs, sp, COST)
+    fast = simulate(reqs, sp, COST, record=True)
     vector = simulate(reqs, sp, VectorLinearCost())          # the cost's own vectorized decode stretch
     monkeypatch.setattr(engine._Engine, "fast_decode", False)
-    slow = simulate(reqs, sp, COST)
+    slow = simulate(reqs, sp, COST, record=True)
+    # the recorded iterations and transfers (serve --timeline) are the event path's, one by one
+    assert fast.activity["links"] == slow.activity["links"]
+    for key, column in fast.activity.items():
+        if key != "links":
+            assert np.array_equal(column, slow.activity[key]), key
+    assert len(fast.activity["iteration_start_ns"]) == fast.iterations
     assert np.array_equal(vector.last_token_ns, slow.last_token_ns)
     for field in ("first_token_ns", "last_token_ns", "queueing_ns", "kv_load_ns", "hit_blocks", "loaded_blocks",
                   "instance", "preemptions", "tier_read_bytes", "tier_write_bytes"):

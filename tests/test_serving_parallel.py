@@ -57,7 +57,7 @@ def test_runs_come_back_in_the_systems_order_whatever_order_they_finish_in():
 def test_a_bad_input_error_in_a_worker_reaches_the_parent_with_its_file_and_key(monkeypatch):
     systems = load_system_configs(CHEAP[:2], [])
 
-    def failing(system, scenario, requests_for, *, warmup):
+    def failing(system, scenario, requests_for, *, warmup, record=False):
         if system.name == "host-dram":
             raise ConfigError("not a size", file="configs/systems/host-dram.yaml", where="system.kv.capacity")
         return parallel.SystemRun(system, "ok")

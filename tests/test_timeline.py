@@ -110,7 +110,7 @@ def test_a_serve_timeline_draws_each_requests_life(tmp_path):
     records = {(r["system"], r["request"]): r for r in map(json.loads, lines.read_text().splitlines())}
     per: dict[tuple[int, int], dict[str, float]] = {}
     for e in tree["traceEvents"]:
-        if e["ph"] == "X":
+        if e["ph"] == "X" and e["tid"] < 60:  # a request's thread (iterations and links come after them)
             per.setdefault((e["pid"], e["tid"]), {})[e["name"]] = e["dur"]
             assert e["name"] in tl.SERVE_PHASES
     assert {tid for _pid, tid in per} == set(range(40))  # the first 40 requests, every one completed
@@ -120,7 +120,26 @@ def test_a_serve_timeline_draws_each_requests_life(tmp_path):
         assert ttft_us / 1000 == pytest.approx(r["ttft_ms"], abs=1e-5)
         assert sum(parts.values()) / 1000 == pytest.approx(r["e2e_ms"], abs=1e-5)
     assert tree["metadata"]["omitted_events"]["requests"] == 2 * 20
-    assert "batch iterations" in tree["metadata"]["not_in_timeline"]
+    assert tree["metadata"]["not_in_timeline"] == ["KV writes away from the GPUs (counted in bytes, not timed)"]
+
+
+def test_a_serve_timeline_draws_every_iteration_and_every_timed_transfer(tmp_path):
+    out, res = tmp_path / "s.json", tmp_path / "s-result.json"
+    _run("serve", "host-dram", "--scenario", "shared-prefix", "--requests", "300", "--quiet", "--timeline", str(out),
+         "--json", str(res))
+    tree = json.loads(out.read_text())
+    assert validate(tree) == [] and slices_overlap(tree) == []
+    threads = {e["tid"]: e["args"]["name"] for e in tree["traceEvents"] if e["ph"] == "M"
+               and e["name"] == "thread_name"}
+    iterations = [e for e in tree["traceEvents"] if e["ph"] == "X" and e["name"].startswith("iteration")]
+    assert {threads[e["tid"]] for e in iterations} == {"instance 0: iterations"}
+    entry = json.loads(res.read_text())["results"][0]
+    tokens = sum(e["args"]["tokens"] for e in iterations)
+    assert tokens >= entry["requests_completed"] and all(e["args"]["sequences"] >= 1 for e in iterations)
+    loads = [e for e in tree["traceEvents"] if e["ph"] == "X" and threads.get(e["tid"], "").startswith("link ")]
+    assert loads and all(e["name"] == "KV load" and e["args"]["link"] == "host_dram->gpu" for e in loads)
+    # every load out of host DRAM is a timed transfer; the writes down its link are counted, not drawn
+    assert sum(e["args"]["bytes"] for e in loads) == pytest.approx(entry["tier_bytes"]["host_dram"]["read"], rel=1e-9)
 
 
 def test_a_serve_window_cuts_slices_and_counts_what_it_leaves_out(tmp_path):

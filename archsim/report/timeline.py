@@ -14,8 +14,9 @@ Times (`ts`, `dur`) are microseconds, as the format wants; `displayTimeUnit` onl
   bin's start, and the bandwidth of the requests completed in the bin (GB/s).
 * `archsim serve --timeline`: one process per system, one thread per request; a request's life as slices:
   queued (arrival to the start of its KV load or prefill), KV load, prefill (to its first token), decode (first
-  to last token); a counter of the system's requests in flight. The engine's result carries per-request times
-  only, so batch iterations and per-link transfers are not in the timeline.
+  to last token); a counter of the system's requests in flight; after the requests' threads, each instance's
+  batch iterations and each link's timed transfers (on lanes where they overlap), from the run's
+  `ServingResult.activity` (archsim/serving/activity.py). KV writes away from the GPUs are not timed, so not drawn.
 
 `--timeline-window START:END` (durations with units, e.g. `0:20us`; either side may be empty) keeps the events
 that overlap the window, cut to it; `--timeline-requests N` keeps the first N requests (in trace or request
@@ -219,6 +220,62 @@ def _replay_counters(t: Timeline, result: Any, start: int, end: int, channels: I
         t.counters(int(p), "bandwidth GB/s", "GB/s", edges_ns[0], bin_ns, completed * access / bin_ns)
 
 
+def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A lane per interval such that intervals of one lane do not overlap (greedy, in start order)."""
+    import heapq
+
+    lanes = np.zeros(len(start), dtype=np.int64)
+    free: list[tuple[float, int]] = []
+    count = 0
+    for k in np.argsort(start, kind="stable").tolist():
+        if free and free[0][0] <= start[k]:
+            _, lane = heapq.heappop(free)
+        else:
+            lane, count = count, count + 1
+        lanes[k] = lane
+        heapq.heappush(free, (float(end[k]), lane))
+    return lanes
+
+
+def _serve_activity(t: Timeline, pid: int, activity: dict, first_tid: int, window: Window) -> int:
+    """Each instance's batch iterations and each link's timed transfers (on lanes, as they overlap), on threads
+    after the requests' ones; returns the slices outside the window."""
+    from archsim.serving.activity import TRANSFER_KINDS
+
+    omitted = 0
+    inst = activity["iteration_instance"]
+    threads = [(first_tid + i, f"instance {i}: iterations") for i in np.unique(inst).tolist()]
+    rows = [(first_tid + inst, activity["iteration_start_ns"], activity["iteration_end_ns"],
+             [f"iteration ({s} seqs, {k} tokens)" for s, k in zip(activity["iteration_sequences"].tolist(),
+                                                                   activity["iteration_tokens"].tolist(), strict=True)],
+             [f'"sequences":{s},"tokens":{k},"prefill_chunks":{c}' for s, k, c in
+              zip(activity["iteration_sequences"].tolist(), activity["iteration_tokens"].tolist(),
+                  activity["iteration_prefills"].tolist(), strict=True)])]
+    base = first_tid + (int(inst.max()) + 1 if len(inst) else 0)
+    link, start, end = activity["transfer_link"], activity["transfer_start_ns"], activity["transfer_end_ns"]
+    for j, name in enumerate(activity["links"]):
+        mine = np.flatnonzero(link == j)
+        lanes = _lanes(start[mine], end[mine])
+        tids = base + lanes
+        threads += [(base + k, f"link {name}, lane {k}") for k in range(int(lanes.max()) + 1 if len(lanes) else 0)]
+        rows.append((tids, start[mine], end[mine],
+                     [TRANSFER_KINDS[k] for k in activity["transfer_kind"][mine].tolist()],
+                     [f'"bytes":{b:.0f},"link":"{name}"' for b in activity["transfer_bytes"][mine].tolist()]))
+        base += int(lanes.max()) + 1 if len(lanes) else 0
+    for tid, name in threads:
+        t.name_thread(pid, tid, name)
+    for tids, a, b, names, args in rows:
+        lo, hi = np.maximum(a, window.start_ns), np.minimum(b, window.end_ns)
+        show = hi > lo
+        omitted += int((~show).sum())
+        ts_us, dur_us = _span_us(lo[show], hi[show])
+        for k, tid, ts, d in zip(np.flatnonzero(show).tolist(), np.asarray(tids)[show].tolist(), ts_us.tolist(),
+                                 dur_us.tolist(), strict=True):
+            t.events.append(f'{{"ph":"X","name":"{names[k]}","pid":{pid},"tid":{tid},"ts":{ts:.6f},'
+                            f'"dur":{d:.6f},"args":{{{args[k]}}}}}')
+    return omitted
+
+
 def load_command_counts(tree: dict[str, Any]) -> dict[tuple[int, int, str], int]:
     """Per (pseudo-channel, bank as the command log gives it, command name): the slices of a replay timeline."""
     counts: dict[tuple[int, int, str], int] = {}
@@ -242,7 +299,7 @@ def command_log_counts(log: Any, start_cycle: int, end_cycle: int) -> dict[tuple
 def serving_timeline(runs: Sequence[Any], window: Window, source: str = "") -> Timeline:
     """Each system's requests' lives (see the module docstring); `runs` are archsim.serving.run.SystemRuns."""
     t = Timeline(metadata={"source": source, "kind": "serve", "window": window.as_dict(),
-                           "not_in_timeline": ["batch iterations", "link transfers per link"]})
+                           "not_in_timeline": ["KV writes away from the GPUs (counted in bytes, not timed)"]})
     omitted_requests = omitted_slices = 0
     for pid, run in enumerate(runs, start=1):
         t.name_process(pid, f"{run.system.name} ({run.status})", pid)
@@ -277,6 +334,8 @@ def serving_timeline(runs: Sequence[Any], window: Window, source: str = "") -> T
             inflight = (np.searchsorted(np.sort(arrival), edges, "right")
                         - np.searchsorted(np.sort(r.last_token_ns[ids]), edges, "right"))
             t.counters(pid, "requests in flight", "requests", lo, bin_ns, inflight.astype(np.float64))
+        if r.activity is not None:
+            omitted_slices += _serve_activity(t, pid, r.activity, n, window)
     t.omitted["requests"] = omitted_requests
     t.omitted["slices_outside_window"] = omitted_slices
     return t

@@ -146,7 +146,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
                 click.echo(f"  {tasks[k][0].name}{at}: {events:,} events in {seconds:.1f} s", err=True)
 
         jobs = jobs if jobs is not None else default_jobs(len(tasks))
-        runs = run_systems(tasks, warmup=warmup_requests, jobs=jobs, on_done=done)
+        runs = run_systems(tasks, warmup=warmup_requests, jobs=jobs, on_done=done, record=timeline_path is not None)
     per_load = [entries[k * len(configs):(k + 1) * len(configs)] for k in range(len(loads))]
     tree = {"schema": SCHEMA, "scenario": scenario.name,
             "scenario_file": display_path(scenario.file) if scenario.file else None, "seed": seed,

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from archsim.errors import ArchsimError, ConfigError
+from archsim.serving.activity import ActivityLog
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
@@ -89,6 +90,7 @@ class ServingResult:
     span_end_ns: float             # last departure
     cache_stats: list[dict]
     wall_s: float
+    activity: dict[str, object] | None = None  # iterations and timed transfers (archsim.serving.activity)
 
     @property
     def mean_inflight(self) -> float:
@@ -96,9 +98,12 @@ class ServingResult:
         return self.inflight_area_ns / span if span > 0 else 0.0
 
 
-def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost) -> ServingResult:
-    """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish."""
-    return _Engine(table, spec, cost).run()
+def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False) -> ServingResult:
+    """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish.
+    `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline)."""
+    engine = _Engine(table, spec, cost)
+    engine.activity = ActivityLog() if record else None
+    return engine.run()
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -137,6 +142,7 @@ def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray
 
 class _Engine:
     fast_decode = True     # the decode fast path (exact; off only to test that it is)
+    activity: ActivityLog | None = None
 
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
         validate(spec)
@@ -453,6 +459,8 @@ class _Engine:
                 ends.append(t_end)
             fits = self._grow_ahead(i, ids, ctx, held_tokens, len(ends))
             if fits:
+                if self.activity is not None:
+                    self.activity.decode_steps(i, t, ends[:fits], len(ids))
                 t = ends[fits - 1]
                 ctx += fits
                 done += fits
@@ -741,6 +749,8 @@ class _Engine:
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
+        if self.activity is not None:
+            self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         written = news * self.kvb
         home = self.res[ids] == 0
         self.tier_write[self.base] += float(written[home].sum())
@@ -772,6 +782,8 @@ class _Engine:
             return
         ids, news, prefill = self.batch[i]
         self.batch[i] = None
+        if self.activity is not None:
+            self.activity.end(i, t)
         self.iterations += 1
         self.tokens_computed += int(news.sum())
         self.ctx[ids] += news
@@ -848,7 +860,10 @@ class _Engine:
         if what == X_WRITE:
             self.written_bytes[name] += size_bytes
             return False
-        self.transfer_of[self.links.start(name, size_bytes, t)] = (what, who)
+        tid = self.links.start(name, size_bytes, t)
+        self.transfer_of[tid] = (what, who)
+        if self.activity is not None:
+            self.activity.transfer_started(tid, name, size_bytes, what, t)
         self._recheck_links()
         return True
 
@@ -862,6 +877,8 @@ class _Engine:
         if version != self.link_version:
             return
         for _, tid in self.links.advance(t):
+            if self.activity is not None:
+                self.activity.transfer_done(tid, t)
             self._transfer_done(*self.transfer_of.pop(tid), t)
         self._recheck_links()
 
@@ -935,4 +952,4 @@ class _Engine:
             iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
             events=self.arrivals + self.iterations + self.completions,
             inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
-            cache_stats=stats, wall_s=wall_s)
+            cache_stats=stats, wall_s=wall_s, activity=self.activity.arrays() if self.activity is not None else None)

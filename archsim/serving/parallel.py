@@ -26,7 +26,7 @@ from archsim.system.config import SystemConfig
 # one run: a system, the scenario it serves and its requests (`requests_for(block_tokens)`: run.requests_source)
 Task = tuple[SystemConfig, Scenario, Any]
 # what a forked worker runs: set by run_systems just before the workers fork (fork copies it, nothing is pickled)
-_JOB: tuple[Sequence[Task], int] | None = None
+_JOB: tuple[Sequence[Task], int, bool] | None = None
 
 
 def uses_memory_kernel(system: SystemConfig) -> bool:
@@ -69,10 +69,10 @@ def default_jobs(n_systems: int) -> int:
 
 def _run_one(k: int) -> tuple[int, SystemRun, float]:
     assert _JOB is not None
-    tasks, warmup = _JOB
+    tasks, warmup, record = _JOB
     system, scenario, requests_for = tasks[k]
     start = time.perf_counter()
-    run = run_system(system, scenario, requests_for, warmup=warmup)
+    run = run_system(system, scenario, requests_for, warmup=warmup, record=record)
     return k, run, time.perf_counter() - start
 
 
@@ -81,9 +81,9 @@ def _quiet_interrupts() -> None:
 
 
 def run_systems(tasks: Sequence[Task], *, warmup: int, jobs: int,
-                on_done: Callable[[int, SystemRun, float], None]) -> list[SystemRun]:
+                on_done: Callable[[int, SystemRun, float], None], record: bool = False) -> list[SystemRun]:
     """Run every task, `jobs` at a time; `on_done(index, run, seconds)` is called in the tasks' own order as
-    their runs come in. The runs, in that order."""
+    their runs come in; `record` as in run_system. The runs, in that order."""
     global _JOB
     came: dict[int, tuple[SystemRun, float]] = {}
     runs: list[SystemRun] = []
@@ -95,7 +95,7 @@ def run_systems(tasks: Sequence[Task], *, warmup: int, jobs: int,
             on_done(len(runs), run, seconds)
             runs.append(run)
 
-    _JOB = (tasks, warmup)
+    _JOB = (tasks, warmup, record)
     try:
         if jobs <= 1 or len(tasks) <= 1:
             for k in range(len(tasks)):

@@ -58,15 +58,17 @@ def model_limits(scenario: Scenario) -> tuple[Any, str, int]:
     return preset.shape(), preset.dtype, int(limit) if limit else 1 << 62
 
 
-def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, warmup: int) -> SystemRun:
-    """Serve the scenario's requests (`requests_for(block_tokens)` gives the table) on `system`."""
+def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, warmup: int,
+               record: bool = False) -> SystemRun:
+    """Serve the scenario's requests (`requests_for(block_tokens)` gives the table) on `system`; `record` keeps
+    its iterations and transfers (for a timeline)."""
     shape, dtype, max_context = model_limits(scenario)
     workload = serving_workload(system, shape, dtype, max_context, scenario.name)
     spec = serving_spec(system, workload, max_context)
     cost = cost_table(system, workload, spec)
     table: RequestTable = requests_for(spec.block_tokens)
     try:
-        result = simulate(table, spec, cost)
+        result = simulate(table, spec, cost, record=record)
     except ArchsimError as exc:
         if exc.file is not None:
             raise  # bad input, not a system that cannot serve
