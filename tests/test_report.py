@@ -86,7 +86,10 @@ def test_a_directory_input_reads_its_json_files(inputs, tmp_path):
     assert len(plot_boxes(out.read_text())["plots"]) == 5
 
 
-@pytest.mark.parametrize(("content", "needle"), [('{"schema": "archsim.gpu/1"}', "schema"), ("{not json", "JSON")])
+@pytest.mark.parametrize(("content", "needle"), [('{"schema": "archsim.timeline/1"}', "schema"),
+                                                   ('{"schema": "archsim.gpu/1"}', "not a complete archsim.gpu/1 tree"),
+                                                   ('{"schema": "archsim.plan/1", "candidates": 3}', "not a complete"),
+                                                   ("{not json", "JSON")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, content, needle):
     bad, out = tmp_path / "bad.json", tmp_path / "r.html"
     bad.write_text(content)
@@ -95,6 +98,52 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, content, needle):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and str(bad) in lines[0] and needle in lines[0]
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def more_inputs(tmp_path_factory):
+    """A plan (candidates and a validation), a gpu predict and a sweep's --out."""
+    d = tmp_path_factory.mktemp("more-inputs")
+    runs = [("plan", "g25", "--workload", "llama3-70b-b16", "--contexts", "4K,32K", "--quiet", "--json",
+             str(d / "plan.json")),
+            ("plan", "g25", "--workload", "llama3-70b-b16", "--validate", "--grid",
+             "contexts=1K,8K;batches=1,16;links=1", "--quiet", "--json", str(d / "validate.json")),
+            ("gpu", "predict", "--shape", "hidden=4096,heads=32,kv_heads=8,ffn=14336", "--tokens", "1,16,256", "--tp",
+             "1,2", "--json", str(d / "gpu.json"))]
+    spec = d / "sweep.yaml"
+    spec.write_text("sweep:\n  name: tiny\n  command: simulate\n  inputs: {workload: llama3-70b-b16, contexts: 4K}\n"
+                    "  axes:\n    system: [g25]\n    system.interconnect.bandwidth_scale: [0.5, 1.0, 2.0]\n")
+    runs.append(("sweep", str(spec), "--out", str(d / "sweep-out"), "--workers", "1"))
+    for args in runs:
+        r = _run(*args)
+        assert r.exit_code == 0, r.output
+    return d
+
+
+def test_plan_gpu_and_sweep_inputs_draw_their_values(more_inputs, tmp_path):
+    from archsim.gpu.figure import gpu_figure
+    from archsim.plan.figure import plan_figure
+    from archsim.sweep.figure import read_points, sweep_figures
+
+    d = more_inputs
+    out = tmp_path / "r.html"
+    r = _run("report", str(d / "plan.json"), str(d / "validate.json"), str(d / "gpu.json"), str(d / "sweep-out"),
+             "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert len(plot_boxes(out.read_text())["plots"]) == 4  # plan, validation, gpu, one sweep axis
+    plan = json.loads((d / "plan.json").read_text())
+    bars = {p.get_gid(): p.get_width() for p in plan_figure(plan).axes[0].patches if p.get_gid()}
+    first = min(plan["candidates"], key=lambda c: (c["context"], c["rank"]))
+    assert bars["predicted:0.0"] == pytest.approx(first["predicted"]["cost"] / 1e6)
+    assert bars["simulated:0.0"] == pytest.approx(first["simulated"]["cost"] / 1e6)
+    gpu = json.loads((d / "gpu.json").read_text())
+    line = next(ln for ln in gpu_figure(gpu).axes[0].get_lines() if ln.get_gid() == "layer:tp1")
+    assert list(line.get_ydata()) == [x["layer_ns"] / 1e3 for x in gpu["results"] if x["tp"] == 1]
+    (title, fig), = sweep_figures(d / "sweep-out")
+    series = next(ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "series:g25 @ 4K: decode step")
+    points = sorted(read_points(d / "sweep-out"), key=lambda p: p["point"]["system.interconnect.bandwidth_scale"])
+    assert list(series.get_ydata()) == [p["result"]["results"][0]["decode_step_ns"] / 1e6 for p in points]
+    assert "3 of 3 points ok" in fig._suptitle.get_text() and title.endswith("bandwidth_scale")
 
 
 def test_the_bank_heat_map_shows_the_per_bank_counts_that_add_up_to_the_totals():

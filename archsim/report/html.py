@@ -1,7 +1,9 @@
 """`archsim report INPUT... -o report.html`: one self-contained HTML file of the inputs' plots.
 
-An INPUT is an `archsim.system` (compare/simulate), `archsim.serving` (serve) or `archsim.stats` (replay) JSON,
-or a directory (a sweep's `--out`), whose `*.json` files of those schemas are read in name order. Every plot is
+An INPUT is an `archsim.system` (compare/simulate), `archsim.serving` (serve), `archsim.plan` (plan),
+`archsim.gpu` (gpu predict) or `archsim.stats` (replay) JSON, or a directory: a sweep's `--out` (its store's
+points, archsim/sweep/figure.py) or any directory whose `*.json` files of those schemas are read in name
+order. Every plot is
 an inline `<svg>` in a `<div class="plot" id=...>` placed at a fixed position and size, so the page has no
 external reference (no http(s)://, no src) and the plots' boxes are known without a browser: the report
 carries them as JSON in `<script type="application/json" id="plot-boxes">` (CSS pixels, page coordinates).
@@ -23,7 +25,8 @@ from archsim.errors import ConfigError
 PAGE_WIDTH_PX = 1200
 MARGIN_PX = 24
 HEADING_PX = 40
-SUPPORTED = ("archsim.system/", "archsim.serving/", "archsim.stats/")
+SWEEP_DIR = "archsim.sweep-dir"  # read_inputs' stand-in tree for a sweep's --out directory
+SUPPORTED = ("archsim.system/", "archsim.serving/", "archsim.stats/", "archsim.plan/", "archsim.gpu/")
 
 
 @dataclass
@@ -40,7 +43,9 @@ def read_inputs(paths: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for text in paths:
         path = Path(text)
-        if path.is_dir():
+        if path.is_dir() and (path / "points.sqlite").is_file():  # a sweep's --out: plotted from its store
+            out.append((text, {"schema": SWEEP_DIR, "path": text}))
+        elif path.is_dir():
             found = [(str(p), _load(p)) for p in sorted(path.glob("*.json"))]
             found = [(f, t) for f, t in found if str(t.get("schema", "")).startswith(SUPPORTED)]
             if not found:
@@ -80,6 +85,19 @@ def figures_for(file: str, tree: dict[str, Any]) -> list[tuple[str, Any]]:
                    for r in tree["results"]]
         return [(f"{name}: decode step and energy per token", comparison_figure(results)),
                 (f"{name}: where the step's time and energy go", breakdown_figure(tree["results"]))]
+    if schema == SWEEP_DIR:
+        from archsim.sweep.figure import sweep_figures
+
+        return sweep_figures(Path(tree["path"]))
+    if schema.startswith("archsim.plan/"):
+        from archsim.plan.figure import plan_figure
+
+        what = "planner against simulation" if "validation" in tree else "planner's candidates"
+        return [(f"{name}: {what}", plan_figure(tree))]
+    if schema.startswith("archsim.gpu/"):
+        from archsim.gpu.figure import gpu_figure
+
+        return [(f"{name}: GPU layer time", gpu_figure(tree))]
     if schema.startswith("archsim.serving/") and tree.get("rates_per_s"):  # serve --rates: a load sweep
         from archsim.serving.load_plot import load_figure
 
@@ -172,7 +190,12 @@ def _svg(fig: Any) -> tuple[str, int, int]:
 def build_report(inputs: Sequence[tuple[str, dict[str, Any]]], title: str = "archsim report") -> str:
     plots: list[Plot] = []
     for file, tree in inputs:
-        for k, (plot_title, fig) in enumerate(figures_for(file, tree)):
+        try:
+            figures = figures_for(file, tree)
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:  # a supported schema, an incomplete tree
+            raise ConfigError(f"not a complete {tree.get('schema')} tree ({type(exc).__name__}: {exc})",
+                              file=file) from None
+        for k, (plot_title, fig) in enumerate(figures):
             svg, w, h = _svg(fig)
             plots.append(Plot(f"plot-{len(plots) + 1}", plot_title if k == 0 else f"{plot_title} ({k + 1})", svg, w, h))
     return render(plots, title, [f for f, _ in inputs])
