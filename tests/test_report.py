@@ -169,6 +169,24 @@ def _chromium() -> str | None:
 
 
 def test_every_plot_is_drawn_in_headless_chromium(page, tmp_path):
+    _drawn_in_chromium(page, tmp_path)
+
+
+def test_plan_gpu_sweep_and_load_plots_are_drawn_in_headless_chromium(more_inputs, tmp_path):
+    d = more_inputs
+    load = d / "load.json"
+    r = _run("serve", "gpu-hbm", "--scenario", "multiturn", "--duration", "5s", "--rates", "1,8", "--quiet",
+             "--json", str(load))
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "more.html"
+    r = _run("report", str(d / "plan.json"), str(d / "validate.json"), str(d / "gpu.json"), str(d / "sweep-out"),
+             str(load), "-o", str(out))
+    assert r.exit_code == 0, r.output
+    assert len(plot_boxes(out.read_text())["plots"]) == 5
+    _drawn_in_chromium(out, tmp_path)
+
+
+def _drawn_in_chromium(page, tmp_path) -> None:
     browser = _chromium()
     if browser is None:
         if os.environ.get("CI"):
