@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from archsim.system.report import system_style
-
 
 def gpu_figure(tree: dict[str, Any]) -> Any:
     import matplotlib
@@ -15,6 +13,8 @@ def gpu_figure(tree: dict[str, Any]) -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    from archsim.system.report import system_style  # lazily: system imports gpu
 
     results = tree["results"]
     degrees = sorted({r["tp"] for r in results})

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from archsim.system.report import context_axis, system_style
-
 
 def plan_figure(tree: dict[str, Any]) -> Any:
     import matplotlib
@@ -61,6 +59,8 @@ def _candidates_figure(tree: dict[str, Any]) -> Any:
 
 def _validation_figure(tree: dict[str, Any]) -> Any:
     import matplotlib.pyplot as plt
+
+    from archsim.system.report import context_axis, system_style  # lazily, as a command would
 
     v = tree["validation"]
     points = v["points"]

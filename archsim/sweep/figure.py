@@ -14,7 +14,6 @@ from typing import Any
 
 from archsim.errors import ConfigError
 from archsim.sweep.store import STORE_NAME
-from archsim.system.report import system_style
 
 MAX_AXES = 8
 
@@ -74,6 +73,8 @@ def sweep_figures(out_dir: Path) -> list[tuple[str, Any]]:
 
 def _axis_figure(key: str, axis_values: list, ok: list[dict[str, Any]], counts: str) -> Any:
     import matplotlib.pyplot as plt
+
+    from archsim.system.report import system_style  # lazily, as a command would
 
     order = sorted(axis_values, key=lambda v: (isinstance(v, str), v))
     by_unit: dict[str, dict[str, dict[int, list[float]]]] = {}
