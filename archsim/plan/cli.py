@@ -28,9 +28,15 @@ def _fmt(v: float | None, scale: float = 1e3) -> str:
 
 @click.command("plan")
 @click.argument("systems", nargs=-1, required=True)
-@click.option("--workload", "workload_path", required=True, help="Workload YAML or preset name.")
-@click.option("--objective", type=click.Choice(["step_latency", "energy_per_token"]), default="step_latency",
-              show_default=True, help="What to rank by: decode-step time per output token, or energy per token.")
+@click.option("--workload", "workload_path", help="Workload YAML or preset name (decode-step objectives).")
+@click.option("--scenario", "scenario_path",
+              help="Scenario YAML or shipped name: rank by a request's end to end (objective request_e2e).")
+@click.option("--objective", type=click.Choice(["step_latency", "energy_per_token", "request_e2e"]),
+              help="What to rank by: decode-step time per output token, energy per token (with --workload; "
+                   "default step_latency), or a request's end to end (with --scenario, its default).")
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=200, show_default=True,
+              help="With --scenario: the requests each candidate is served on to simulate its end to end.")
+@click.option("--seed", type=int, default=0, show_default=True, help="With --scenario: the requests' seed.")
 @click.option("--candidates", help="Comma-separated candidates to consider (e.g. pool/pnm,hbm/gpu; default all).")
 @click.option("--contexts", help="Comma-separated contexts (default: the workload's).")
 @click.option("--batch", type=click.IntRange(min=1), help="Sequences per model instance (default: the workload's).")
@@ -40,9 +46,10 @@ def _fmt(v: float | None, scale: float = 1e3) -> str:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Decision maps (PNG): the planner's choice over context x batch and context x link bandwidth.")
 @click.option("--quiet", is_flag=True, help="No table.")
-def plan_command(systems: Sequence[str], workload_path: str, objective: str, candidates: str | None,
-                 contexts: str | None, batch: int | None, validate: bool, grid_spec: str | None,
-                 json_path: str | None, plot_path: str | None, quiet: bool) -> None:
+def plan_command(systems: Sequence[str], workload_path: str | None, scenario_path: str | None, objective: str | None,
+                 n_requests: int, seed: int, candidates: str | None, contexts: str | None, batch: int | None,
+                 validate: bool, grid_spec: str | None, json_path: str | None, plot_path: str | None,
+                 quiet: bool) -> None:
     """Where attention runs and where the KV lives: the closed-form planner, checked against simulation.
 
     Ranks the candidates each system declares (its KV tiers, attention on the GPUs or in the pool's PNM units)
@@ -58,6 +65,12 @@ def plan_command(systems: Sequence[str], workload_path: str, objective: str, can
     from archsim.system.workload import load_workload
 
     start = time.perf_counter()
+    objective = _check_mode(workload_path, scenario_path, objective, validate, grid_spec, plot_path, contexts, batch)
+    if scenario_path is not None:
+        _plan_requests(systems, scenario_path, n_requests, seed, _names(candidates), json_path, quiet)
+        click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+        return
+    assert workload_path is not None
     configs = load_system_configs(systems)
     workload = load_workload(workload_path)
     wanted = _names(candidates)
@@ -89,6 +102,69 @@ def plan_command(systems: Sequence[str], workload_path: str, objective: str, can
     if not quiet:
         click.echo(_render(tree))
     click.echo(f"  wall time {time.perf_counter() - start:.1f} s", err=True)
+
+
+def _check_mode(workload: str | None, scenario: str | None, objective: str | None, validate: bool,
+                grid: str | None, plot: str | None, contexts: str | None, batch: int | None) -> str:
+    """The objective, once the options agree on a decode-step (--workload) or a request (--scenario) plan."""
+    if (workload is None) == (scenario is None):
+        raise ConfigError("give one of --workload (a decode step) and --scenario (a request's end to end)",
+                          where="--scenario" if scenario else "--workload")
+    if scenario is None:
+        if objective == "request_e2e":
+            raise ConfigError("request_e2e ranks a request of a scenario: give --scenario instead of --workload",
+                              where="--objective")
+        return objective or "step_latency"
+    if objective not in (None, "request_e2e"):
+        raise ConfigError(f"{objective} is a decode-step objective: give --workload, or --objective request_e2e",
+                          where="--objective")
+    for given, option in ((validate, "--validate"), (grid, "--grid"), (plot, "--plot"), (contexts, "--contexts"),
+                          (batch, "--batch")):
+        if given:
+            raise ConfigError("a decode-step option: the request plan takes its lengths and batch from the "
+                              "scenario", where=option)
+    return "request_e2e"
+
+
+def _plan_requests(systems: Sequence[str], scenario_path: str, n_requests: int, seed: int,
+                   wanted: tuple[str, ...] | None, json_path: str | None, quiet: bool) -> None:
+    from archsim.outputs import OutputPlan
+    from archsim.plan.inputs import check_candidates, plan_inputs
+    from archsim.plan.request import rank_requests
+    from archsim.report.output import write_json
+    from archsim.serving.build import serving_workload
+    from archsim.serving.run import model_limits, requests_source, run_system
+    from archsim.serving.scenario import load_scenario
+    from archsim.system.config import load_system_configs
+
+    scenario = load_scenario(scenario_path, [])
+    configs = load_system_configs(systems)
+    outputs = OutputPlan(inputs=[f for f in [scenario.file, *(c.file for c in configs)] if f])
+    outputs.add(json_path, "--json")
+    shape, dtype, max_context = model_limits(scenario)
+    requests_for = requests_source(scenario, n_requests, None, seed)
+    rows = []
+    for cfg in configs:
+        workload = serving_workload(cfg, shape, dtype, max_context, scenario.name)
+        check_candidates(plan_inputs(cfg, workload), wanted or ())
+        table = requests_for(cfg.serving.block_tokens if cfg.serving else 16)
+        rows += rank_requests(cfg, workload, table, scenario, wanted,
+                              lambda system: run_system(system, scenario, requests_for, warmup=0))
+    agree = {c.name: bool(next((r["simulated_best"] for r in rows if r["system"] == c.name and r["rank"] == 1),
+                               False)) for c in configs}
+    tree = {"schema": SCHEMA, "scenario": scenario.name, "model": scenario.model, "objective": "request_e2e",
+            "requests": n_requests, "seed": seed, "systems": [c.name for c in configs], "candidates": rows,
+            "agreement": agree}
+    outputs.write(json_path, lambda tmp: write_json(tmp, tree))
+    outputs.commit()
+    if not quiet:
+        click.echo(f"archsim plan: scenario {scenario.name} ({scenario.model}), objective request_e2e")
+        click.echo(f"  {'system':8} {'rank':>4} {'candidate':14} {'batch':>5} {'predicted ms':>13} "
+                   f"{'simulated p50 ms':>17}  reason")
+        for r in rows:
+            sim = r["simulated"]["request_e2e_p50_ns"]
+            click.echo(f"  {r['system']:8} {r['rank']:>4} {r['name']:14} {r['batch']:>5} "
+                       f"{_fmt(r['predicted']['request_e2e_ns'], 1e6):>13} {_fmt(sim, 1e6):>17}  {r['reason']}")
 
 
 def _ranked(ev, configs, workload, contexts, batch, wanted, objective) -> list[dict]:  # noqa: ANN001
