@@ -18,6 +18,7 @@ decode-step time, bytes moved and energy per token, from peak rates and even lin
 
 This module imports nothing from the memory core, the timed PNM unit, the pool DRAM replay or the step model,
 and needs no numba: its inputs are plain numbers that archsim.plan.inputs reads from a system and workload.
+About 510 lines, one module: every term above reads the same inputs and the prediction adds them up.
 """
 
 from __future__ import annotations
@@ -467,7 +468,6 @@ def predict_request(inp: PlanInputs, cand: Candidate, context: int, batch: int, 
     pred = predict(inp, cand, context + output_tokens // 2, batch)
     if not pred.feasible:
         return math.inf
-    n = m.gpus_used
     flops = context * m.params_per_token_flops / m.tp
     flops += 2 * m.layers * m.kv_heads * m.query_group * context * context * (m.qk_dim + m.out_dim) / 2 / m.tp
     prefill = flops / (gpu.peak_TFLOPS * 1e3) + m.weight_bytes / m.tp / gpu.hbm_GBps
@@ -475,7 +475,6 @@ def predict_request(inp: PlanInputs, cand: Candidate, context: int, batch: int, 
     if cand.path is not None:
         kv = context * m.kv_heads * m.row_bytes * m.layers
         store = cand.path.latency_ns + kv / m.tp / cand.path.query_share_GBps
-    del n
     return max(prefill, store) + output_tokens * pred.step_ns
 
 
