@@ -26,7 +26,7 @@ def test_quick_start_is_two_commands_and_ci_runs_the_second():
     assert commands[1] in (REPO / ".ci" / "run").read_text()
 
 
-@pytest.mark.slow  # the README main job: about 19 s warm
+@pytest.mark.slow  # the README main job: about 17 s warm
 def test_quick_start_main_job_runs_on_shipped_defaults(tmp_path, monkeypatch):
     main_job = _quick_start()[0]
     args = shlex.split(main_job.split("&&", 1)[1])

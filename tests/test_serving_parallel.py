@@ -79,8 +79,17 @@ def test_archsim_errors_pickle_with_their_location():
 def test_kernel_systems_go_first_when_cached_and_around_the_others_when_they_compile():
     systems = load_system_configs(["gpu-hbm", "g25", "nvme", "g15", "g25-nopnm"], [])
     assert [parallel.uses_memory_kernel(s) for s in systems] == [False, True, False, True, False]
-    assert parallel.hand_out_order(systems, cached=lambda s: True) == [1, 3, 0, 2, 4]
-    assert parallel.hand_out_order(systems, cached=lambda s: False) == [1, 0, 2, 4, 3]
+    # g25 and g15 together would be more than half the estimated work: one worker each, longest first
+    assert parallel.hand_out_order(systems, cached=lambda s: True) == [[1], [3], [0], [2], [4]]
+    assert parallel.hand_out_order(systems, cached=lambda s: False) == [[1], [0], [2], [4], [3]]
+    # the README main job: g25 and g15 (equal pools) in turn on one worker, the six others on the other
+    main_job = load_system_configs(["g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme",
+                                    "rdma-pool"], [])
+    assert parallel.hand_out_order(main_job, cached=lambda s: True) == [[0, 1], [2], [3], [4], [5], [6], [7]]
+    # different pools never share a group
+    other_pool = load_system_configs(["g25"], ["system.pool.devices=4"])
+    mixed = [*other_pool, *main_job[1:]]
+    assert [0, 1] not in parallel.hand_out_order(mixed, cached=lambda s: True)
 
 
 def test_a_compile_lock_held_keeps_another_process_waiting(tmp_path):

@@ -3,11 +3,12 @@
 Systems are independent runs on the same requests, so each can run in its own process and the JSON is
 byte-identical to a serial run (tests/test_serving_parallel.py). Workers are forked, so they start with the
 parent's imports (nothing is re-imported or pickled on the way in), and each takes the next system when it
-finishes one. The systems whose decode cost replays DRAM (a PNM pool, or KV streamed every step) take longest.
-With their memory kernel in numba's cache they are handed out first. Without it, compiling the kernel takes
-most of a first run: the first such system goes first and compiles it, the systems that never run the kernel
-come next (the other workers serve them meanwhile), and the other kernel systems come last; a worker that
-needs the kernel while another compiles it waits for it (`kernel_cache.compile_lock`) and loads it.
+finishes one. The systems whose decode cost replays DRAM (a PNM pool, or KV streamed every step) take longest;
+those on equal pools are served by one worker in turn where the load allows (the later ones reuse the first
+one's PNM runs). With their memory kernel in numba's cache they are handed out first. Without it, compiling the
+kernel takes most of a first run: the first group of them goes first and compiles it, the systems that never run
+the kernel come next (the other workers serve them meanwhile), and the other kernel groups come last; a worker
+that needs the kernel while another compiles it waits for it (`kernel_cache.compile_lock`) and loads it.
 """
 
 from __future__ import annotations
@@ -41,16 +42,46 @@ def kernel_cached(system: SystemConfig) -> bool:
     return system.pool is not None and cached(system.pool.memory)
 
 
-def hand_out_order(systems: Sequence[SystemConfig], cached: Callable[[SystemConfig], bool] = kernel_cached
-                   ) -> list[int]:
-    """Indices of `systems` in the order workers take them. The kernel systems take longest, so with their
-    kernel in numba's cache they go first (longest first balances the workers); without it, the first of them
-    goes first, then the systems without the kernel (served while it compiles), then the other kernel systems."""
-    kernel = [k for k, s in enumerate(systems) if uses_memory_kernel(s)]
-    plain = [k for k, s in enumerate(systems) if not uses_memory_kernel(s)]
-    if all(cached(systems[k]) for k in kernel):
-        return kernel + plain
-    return kernel[:1] + plain + kernel[1:]
+# relative cost of a run, from the README main job (2000 multiturn requests, warm): a kernel-free system 2.2 s,
+# the first PNM system of a process 6.4 s (it runs the timed PNM unit), a later one on the same pool 5.9 s
+PLAIN_COST, KERNEL_FIRST_COST, KERNEL_NEXT_COST = 1.0, 2.9, 2.7
+
+
+def _pool_key(system: SystemConfig) -> str:
+    """Systems with equal pools share a process's memoized PNM and DRAM runs."""
+    return repr(system.pool) if system.pool is not None else system.name
+
+
+def hand_out_order(systems: Sequence[SystemConfig], cached: Callable[[SystemConfig], bool] = kernel_cached,
+                   jobs: int = 2) -> list[list[int]]:
+    """Groups of indices of `systems`, each served in turn by one worker, in the order workers take them.
+    Kernel systems on equal pools go together (the later ones reuse the first one's PNM runs) as long as a
+    group stays within an even share of the estimated work. With the kernel in numba's cache the kernel groups
+    go first (longest first balances the workers); without it, the first of them goes first, then the systems
+    without the kernel (served while it compiles), then the other kernel groups."""
+    kernel: dict[str, list[int]] = {}
+    for k, s in enumerate(systems):
+        if uses_memory_kernel(s):
+            kernel.setdefault(_pool_key(s), []).append(k)
+    plain = [[k] for k, s in enumerate(systems) if not uses_memory_kernel(s)]
+    total = PLAIN_COST * len(plain) + sum(KERNEL_FIRST_COST + KERNEL_NEXT_COST * (len(ks) - 1)
+                                          for ks in kernel.values())
+    share = total / max(jobs, 1)
+    groups: list[list[int]] = []
+    for ks in kernel.values():
+        group, cost = [], 0.0
+        for k in ks:
+            add = KERNEL_NEXT_COST if group else KERNEL_FIRST_COST
+            if group and cost + add > share:
+                groups.append(group)
+                group, cost, add = [], 0.0, KERNEL_FIRST_COST
+            group.append(k)
+            cost += add
+        groups.append(group)
+    groups.sort(key=len, reverse=True)
+    if all(cached(systems[k]) for g in groups for k in g):
+        return groups + plain
+    return groups[:1] + plain + groups[1:]
 
 
 def usable_cores() -> int:
@@ -65,6 +96,10 @@ def default_jobs(n_systems: int) -> int:
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
     return max(1, min(n_systems, usable_cores()))
+
+
+def _run_group(group: list[int]) -> list[tuple[int, SystemRun, float]]:
+    return [_run_one(k) for k in group]
 
 
 def _run_one(k: int) -> tuple[int, SystemRun, float]:
@@ -102,10 +137,11 @@ def run_systems(tasks: Sequence[Task], *, warmup: int, jobs: int,
                 collect(*_run_one(k))
         else:
             context = multiprocessing.get_context("fork")
-            order = hand_out_order([system for system, _, _ in tasks])
-            with context.Pool(min(jobs, len(tasks)), initializer=_quiet_interrupts) as pool:
-                for result in pool.imap_unordered(_run_one, order, chunksize=1):
-                    collect(*result)
+            groups = hand_out_order([system for system, _, _ in tasks], jobs=jobs)
+            with context.Pool(min(jobs, len(groups)), initializer=_quiet_interrupts) as pool:
+                for results in pool.imap_unordered(_run_group, groups, chunksize=1):
+                    for result in results:
+                        collect(*result)
     finally:
         _JOB = None
     return runs

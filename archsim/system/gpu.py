@@ -77,14 +77,21 @@ def gpu_layer_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, t
     preset = gpu.preset
     kernels = _layer_kernels_ns(shape, dtype, tokens, tp, preset)
     e = dtype_bytes(dtype)
-    if allreduce_stretch != 1.0:
-        shared = replace(preset.allreduce, bus_bandwidth_GBps=preset.allreduce.bus_bandwidth_GBps / allreduce_stretch)
-        preset = replace(preset, allreduce=shared)
-    allreduce = 2.0 * float(allreduce_ns(tokens * shape.hidden_size, tp, preset, e))  # tokens x hidden each
+    allreduce = layer_allreduce_ns(shape, dtype, tokens, tp, preset, allreduce_stretch)
     h = shape.hidden_size
     epilogue = (float(elementwise_ns(2 * sequences * h * e, h, preset.elementwise.norm_efficiency, preset))
                 + float(gemm_ns(sequences, -(-shape.vocab_size // tp), h, preset, e)))
     return GpuLayerTime(kernels, allreduce, epilogue, True)
+
+
+def layer_allreduce_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, preset: GpuPreset,
+                       allreduce_stretch: float = 1.0) -> float:
+    """The layer's two all-reduces of `tokens` x hidden elements, their bus bandwidth divided by the stretch
+    (latency and floor kept): the only part of gpu_layer_time a stretch changes."""
+    if allreduce_stretch != 1.0:
+        shared = replace(preset.allreduce, bus_bandwidth_GBps=preset.allreduce.bus_bandwidth_GBps / allreduce_stretch)
+        preset = replace(preset, allreduce=shared)
+    return 2.0 * float(allreduce_ns(tokens * shape.hidden_size, tp, preset, dtype_bytes(dtype)))
 
 
 def _layer_kernels_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, preset: GpuPreset) -> float:

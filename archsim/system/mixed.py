@@ -32,7 +32,7 @@ from archsim.errors import ConfigError
 from archsim.models import ModelShape, dtype_bytes
 from archsim.system.config import GpuConfig, SystemConfig
 from archsim.system.decode import StepResult, simulate_step
-from archsim.system.gpu import GpuLayerTime, gpu_layer_time, gpu_work, roofline_ns
+from archsim.system.gpu import GpuLayerTime, gpu_layer_time, gpu_work, layer_allreduce_ns, roofline_ns
 from archsim.system.kvstream import kv_geometry
 from archsim.system.links import analytic_share_GBps
 from archsim.system.placements import PLACEMENTS, placement_of
@@ -128,7 +128,13 @@ def compose(system: SystemConfig, workload: Workload, tokens: int, sequences: in
 @lru_cache(maxsize=1 << 16)
 def gpu_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, tp: int, gpus: GpuConfig,
               stretch: float) -> GpuLayerTime:
-    """gpu_layer_time, memoized: a serving run asks for the same batch sizes over and over."""
+    """gpu_layer_time, memoized: a serving run asks for the same batch sizes over and over. A stretch (an
+    all-reduce sharing its fabric; interpolated, so nearly every step has its own) changes only the all-reduces,
+    so the kernels and epilogue come from the memoized unstretched time: the same values, without re-timing
+    every kernel per step."""
+    if stretch != 1.0 and gpus.preset is not None:
+        base = gpu_time(shape, dtype, tokens, sequences, tp, gpus, 1.0)
+        return replace(base, allreduce_ns=layer_allreduce_ns(shape, dtype, tokens, tp, gpus.preset, stretch))
     # the roofline inputs are only needed without a calibrated preset (building them walks every operator)
     work = gpu_work(shape, dtype, tokens, dtype_bytes(dtype)) if gpus.preset is None else None
     return gpu_layer_time(shape, dtype, tokens, sequences, tp, gpus, work, allreduce_stretch=stretch)
