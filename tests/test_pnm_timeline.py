@@ -18,7 +18,7 @@ from tests.timeline_check import slices_overlap, validate
 pytestmark = pytest.mark.system
 
 ARGS = ["pnm", "run", "--kernel", str(REPO / "isa/kernels/gqa_decode.s"), "--memory",
-        str(REPO / "configs/memory/hbm3.yaml"), "--shape", "heads=32,kv_heads=8,head_dim=128,context=4096,batch=1",
+        str(REPO / "configs/memory/hbm3.yaml"), "--shape", "heads=32,kv_heads=8,head_dim=128,context=1024,batch=1",
         "--units", "2", "--quiet"]
 
 
@@ -33,6 +33,12 @@ def _run(tmp_path, name: str, *extra: str) -> tuple[dict, dict]:
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("pnm"), "whole")
+
+
+def _dram_base(tree: dict) -> float:
+    """The first DRAM process id, or infinity when the timeline has no DRAM commands."""
+    dram = tree["metadata"]["dram"]
+    return dram["pid_base"] if isinstance(dram, dict) else float("inf")
 
 
 def _cycles(e: dict, period_ns: float) -> int:
@@ -69,8 +75,9 @@ def test_compute_slices_add_up_to_each_execution_units_utilization(whole):
     tree, stats = whole
     period = tree["metadata"]["unit_period_ns"]
     busy: dict[str, int] = defaultdict(int)
+    base = _dram_base(tree)
     for e in tree["traceEvents"]:
-        if e["ph"] == "X" and e["tid"] < len(EXEC_UNITS):
+        if e["ph"] == "X" and e["pid"] < base and e["tid"] < len(EXEC_UNITS):
             busy[EXEC_UNITS[e["tid"]]] += _cycles(e, period)
     p = stats["pnm"]
     unit_cycles = p["units"] * p["cycles"]
@@ -97,12 +104,34 @@ def test_a_window_and_an_instruction_bound_keep_less_and_count_the_rest(tmp_path
     assert validate(windowed) == []
     slices = [e for e in windowed["traceEvents"] if e["ph"] == "X"]
     assert slices and all(e["ts"] >= 1.0 - 1e-9 and e["ts"] + e["dur"] <= 3.0 + 1e-9 for e in slices)
+    assert windowed["metadata"]["omitted_events"]["commands"] > 0
     assert sum(windowed["metadata"]["omitted_events"].values()) > 0
     first, _ = _run(tmp_path, "first", "--timeline-requests", "100")
-    kept = {e["args"]["instruction"] for e in first["traceEvents"] if e["ph"] == "X" and e["tid"] < len(EXEC_UNITS)}
+    base = _dram_base(first)
+    kept = {e["args"]["instruction"] for e in first["traceEvents"] if e["ph"] == "X" and e["pid"] < base
+            and e["tid"] < len(EXEC_UNITS)}
     assert max(kept) == 99
     assert first["metadata"]["omitted_events"]["instructions"] > 0
-    assert len(first["traceEvents"]) < len(tree["traceEvents"])
+    units = [e for e in first["traceEvents"] if e["ph"] == "X" and e["pid"] < base]
+    assert len(units) < len([e for e in tree["traceEvents"] if e["ph"] == "X"])
+
+
+def test_a_bounded_timeline_draws_every_command_the_memory_issued(whole, tmp_path):
+    assert "not drawn" in whole[0]["metadata"]["dram"]  # unbounded: the units only (a run's commands are millions)
+    tree, stats = _run(tmp_path, "dram", "--timeline-window", "0:1s")
+    assert validate(tree) == [] and slices_overlap(tree) == []
+    base = tree["metadata"]["dram"]["pid_base"]
+    counts: dict[str, int] = defaultdict(int)
+    for e in tree["traceEvents"]:
+        if e["ph"] == "X" and e["pid"] >= base:
+            counts[e["name"]] += 1
+    # every bank command the stats count is a slice (refresh: the stats count a channel's, the log each
+    # pseudo-channel's)
+    issued = {name: n for name, n in stats["memory"]["commands"].items() if n and not name.startswith("REF")}
+    assert {name: n for name, n in counts.items() if not name.startswith("REF")} == issued
+    assert issued["RD"] > 1000 and counts["REF"] > 0
+    names = {e["args"]["name"] for e in tree["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"pseudo-channel 0", "PNM unit 0", "PNM unit 1"} <= names
 
 
 def test_the_same_run_gives_the_same_bytes(tmp_path):

@@ -89,7 +89,9 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     memory_cfg = load_memory_config(memory_path, memory_overrides)
     result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units, progress=not quiet,
-                     record=timeline_path is not None)
+                     record=timeline_path is not None,
+                     # the DRAM commands only in a bounded timeline: a whole run's are millions of slices
+                     record_dram=timeline_path is not None and (timeline_window or timeline_requests) is not None)
     stats = pnm_stats(result, reproducible=reproducible)
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
     if timeline_path is not None:

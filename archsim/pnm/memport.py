@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from archsim.config.memory import MemoryConfig
+from archsim.dram.commands import CommandLog
 from archsim.jit import numba
 from archsim.memory import MemorySession, ReplayResult, Requests, warm_up
 
@@ -77,7 +78,7 @@ class MemoryDomain:
     """Units `units` (with their physical request streams) sharing one MemorySession."""
 
     def __init__(self, cfg: MemoryConfig, units: list[int], address: list[np.ndarray],
-                 is_write: list[np.ndarray]) -> None:
+                 is_write: list[np.ndarray], command_log: bool = False) -> None:
         warm_up(cfg)
         self.cfg = cfg
         self.units = list(units)
@@ -87,7 +88,7 @@ class MemoryDomain:
         all_write = np.concatenate(is_write).astype(np.uint8) if counts else np.empty(0, np.uint8)
         self.n = int(all_address.size)
         self.session = MemorySession(cfg, all_address.copy(), all_write.copy(),
-                                     np.full(self.n, PNM_SOURCE, dtype=np.uint8))
+                                     np.full(self.n, PNM_SOURCE, dtype=np.uint8), command_log=command_log)
         self.late_bound = len(self.units) > 1
         self._pc_source = self.session.pseudo_channel.astype(np.int64)  # source order
         self._is_read = all_write == 0
@@ -212,6 +213,15 @@ class MemoryDomain:
                               req.source.copy())
 
 
+def _merge_logs(logs: list[CommandLog | None]) -> CommandLog | None:
+    if any(log is None for log in logs):
+        return None
+    fields = [f.name for f in dataclasses.fields(CommandLog)]
+    joined = {name: np.concatenate([getattr(log, name) for log in logs]) for name in fields}
+    order = np.argsort(joined["cycle"], kind="stable")
+    return CommandLog(**{name: column[order] for name, column in joined.items()})
+
+
 def merge_results(results: list[ReplayResult]) -> ReplayResult:
     """One device-level ReplayResult from domains that share no channel (independent controllers):
     per-request arrays are concatenated, counters summed, the simulated time is the longest domain's."""
@@ -230,8 +240,10 @@ def merge_results(results: list[ReplayResult]) -> ReplayResult:
             merged[f.name] = sum(values)
         elif f.name == "kernel_cache":
             merged[f.name] = next((v for v in values if v is not None), None)  # how the shared variant came
-        elif f.name == "command_log" or f.name == "config":
-            merged[f.name] = values[0] if f.name == "config" else None
+        elif f.name == "config":
+            merged[f.name] = values[0]
+        elif f.name == "command_log":  # domains own disjoint channels: their logs together, in issue order
+            merged[f.name] = _merge_logs(values)
         elif isinstance(values[0], np.ndarray) and values[0].shape[:1] == (len(first.requests),):
             merged[f.name] = np.concatenate(values)  # per request
         elif f.name == "command_counts":

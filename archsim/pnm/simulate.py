@@ -34,12 +34,13 @@ class PnmRun:
 
 def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: PnmConfig, *,
             defines: dict[str, object] | None = None, units: int | None = None, progress: bool = False,
-            record: bool = False) -> PnmRun:
+            record: bool = False, record_dram: bool = False) -> PnmRun:
     """Time one decode-attention step of `shape` with `kernel` on every PNM unit of the memory device.
 
     `units` restricts the run to the first `units` of the device's units (channel groups); the default
     is all of them. `progress` shows a bar of the timed units' instructions (a terminal only, after 2 s);
-    `record` keeps what a timeline of the run needs (archsim/pnm/timeline.py).
+    `record` keeps what a timeline of the run needs (archsim/pnm/timeline.py), `record_dram` the memory's command
+    log for it too.
     """
     kernel = Path(kernel)
     if not kernel.is_file():
@@ -63,6 +64,7 @@ def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: P
         if reqs.address.size and int(reqs.address.max()) >= capacity:
             raise TraceError(f"unit {work.unit} loads beyond the memory's capacity of {capacity:#x} bytes",
                              file=str(kernel))
-    timing = simulate(workload, requests, memory, pnm, layout, load_table(), progress=progress, record=record)
+    timing = simulate(workload, requests, memory, pnm, layout, load_table(), progress=progress, record=record,
+                      record_dram=record_dram)
     bound = roofline(timing.domains, workload.units, memory, pnm, layout)
     return PnmRun(kernel, shape, memory, pnm, layout, workload, requests, timing, bound, functional_s)

@@ -9,7 +9,10 @@ instruction to the cycle it issued, named by the cause the stats charge it to (m
 host, barrier; a consumer of a compute result split into compute, then dependency, as the stats split it).
 `DMA lane k` threads hold each load and store from its issue to its in-order completion (transfers
 overlap up to `dma.max_outstanding_loads`, so each lane holds transfers that do not), and a counter per unit
-gives the transfers in flight. Times are unit cycles x the unit clock period.
+gives the transfers in flight. Times are unit cycles x the unit clock period. After the units, when the timeline
+is bounded (a window or an instruction count: a whole run issues millions of commands), the device memory's
+DRAM commands, one process per pseudo-channel, as `replay --timeline` draws them (metadata under
+`metadata.dram`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from archsim.pnm.timing import (
     STALL_CAUSES,
     STORE,
 )
-from archsim.report.timeline import Timeline, Window, _bins, _span_us
+from archsim.report.timeline import Timeline, Window, _bins, _span_us, replay_timeline
 
 STALLS_TID = len(EXEC_UNITS)
 LANE_TID = STALLS_TID + 1
@@ -45,6 +48,7 @@ def pnm_timeline(run: Any, window: Window, source: str = "") -> Timeline:
                            "window": window.as_dict(), "exec_units": list(EXEC_UNITS),
                            "stall_causes": list(STALL_CAUSES)})
     omitted = {"instructions": 0, "stalls": 0, "transfers": 0}
+    last_ns = 0.0  # where the kept instructions end: the DRAM's window under --timeline-requests
     for timer in run.timing.timers:
         if timer.record is None:
             raise ValueError("pnm_timeline needs a run with record=True")
@@ -54,12 +58,20 @@ def pnm_timeline(run: Any, window: Window, source: str = "") -> Timeline:
             t.name_thread(pid, tid, name)
         t.name_thread(pid, STALLS_TID, "stalls")
         issued = [r for r in timer.record if r[0] >= 0 and (window.requests is None or r[0] < window.requests)]
+        last_ns = max(last_ns, max((r[2] for r in issued), default=0) * period)
         omitted["instructions"] += timer.stats.issued - len(issued)
         _instructions(t, timer, pid, issued, period, window, omitted)
         _stalls(t, pid, [r for r in timer.record if r[0] < 0 or window.requests is None or r[0] < window.requests],
                 period, window, omitted)
         _transfers(t, timer, pid, issued, period, window, omitted)
     t.omitted.update(omitted)
+    memory = run.timing.memory
+    if memory.command_log is None:
+        t.metadata["dram"] = "not drawn: give --timeline-window or --timeline-requests to draw the DRAM commands"
+    else:  # the device memory's commands, one process per pseudo-channel after the units
+        end = window.end_ns if window.requests is None else min(window.end_ns, last_ns + period)
+        base = max(timer.unit for timer in run.timing.timers) + 2
+        replay_timeline(memory, Window(window.start_ns, end), source, pid_base=base, into=t)
     return t
 
 

@@ -536,14 +536,14 @@ def _step_memory(timers: list[UnitTimer], domains: list[MemoryDomain], barrier_l
 
 def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryConfig, pnm: PnmConfig,
              layout: DeviceLayout, table: IsaTable | None = None, progress: bool = False,
-             record: bool = False) -> TimingRun:
+             record: bool = False, record_dram: bool = False) -> TimingRun:
     """Run every unit against the simulated memory; see the module docstring and docs/pnm.md.
 
     Memory domains: with channel_local addressing every channel group's controllers form a domain of
     their own (a MemorySession each: controllers are independent and each has its own front end); with
     interleaved addressing the whole device is one domain shared by all units. `progress`: a bar of the
     instructions the units have issued (`archsim.progress`: a terminal only, after 2 s). `record`: keep each
-    issued instruction's issue cycle and stall in `UnitTimer.record`, for a timeline.
+    issued instruction's issue cycle and stall in `UnitTimer.record`; `record_dram`: the memory's command log.
     """
     from archsim.progress import progress_bar
 
@@ -557,7 +557,8 @@ def simulate(workload: Workload, requests: list[UnitRequests], memory: MemoryCon
         users = [i for i, r in enumerate(requests) if np.any(r.domain == d)]
         domains.append(MemoryDomain(memory, [works[i].unit for i in users],
                                     [requests[i].address[requests[i].domain == d] for i in users],
-                                    [requests[i].is_write[requests[i].domain == d] for i in users]))
+                                    [requests[i].is_write[requests[i].domain == d] for i in users],
+                                    command_log=record_dram))
     timers = [UnitTimer(w, r, domains, pnm, layout, isa, table) for w, r in zip(works, requests, strict=True)]
     for timer in timers:
         timer.record = [] if record else None

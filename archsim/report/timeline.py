@@ -162,8 +162,10 @@ def replay_window_cycles(result: Any, window: Window) -> tuple[int, int]:
     return start, max(min(end, last), start)
 
 
-def replay_timeline(result: Any, window: Window, source: str = "") -> Timeline:
-    """The timeline of a replay run with its command log (see the module docstring)."""
+def replay_timeline(result: Any, window: Window, source: str = "", pid_base: int = 0, into: Timeline | None = None
+                    ) -> Timeline:
+    """The timeline of a replay run with its command log (see the module docstring); `into` adds it to another
+    timeline (a PNM run's), its processes numbered from `pid_base`."""
     log = result.command_log
     if log is None:
         raise ValueError("replay_timeline needs a run with command_log=True")
@@ -171,9 +173,12 @@ def replay_timeline(result: Any, window: Window, source: str = "") -> Timeline:
     org, timing, tck = cfg.organization, cfg.timing, cfg.timing.tCK_ns
     bpp, bpr = org.banks_per_pseudo_channel, org.banks_per_rank
     start, end = replay_window_cycles(result, window)
-    t = Timeline(metadata={"source": source, "kind": "replay", "tCK_ns": tck, "standard": cfg.standard,
-                           "window": window.as_dict(), "window_cycles": [start, end],
-                           "banks_per_pseudo_channel": bpp, "banks_per_rank": bpr})
+    meta = {"source": source, "kind": "replay", "tCK_ns": tck, "standard": cfg.standard,
+            "window": window.as_dict(), "window_cycles": [start, end],
+            "banks_per_pseudo_channel": bpp, "banks_per_rank": bpr}
+    t = into if into is not None else Timeline(metadata=meta)
+    if into is not None:
+        t.metadata["dram"] = {**meta, "pid_base": pid_base}
     keep = (log.cycle >= start) & (log.cycle < end)
     t.omitted["commands"] = int((~keep).sum())
     cycle, cmd, pc = log.cycle[keep], log.command[keep].astype(np.int64), log.pseudo_channel[keep].astype(np.int64)
@@ -190,22 +195,23 @@ def replay_timeline(result: Any, window: Window, source: str = "") -> Timeline:
     dur = np.minimum(np.minimum(natural, nxt - cycle), end - cycle)
     channels = sorted(set(pc.tolist()) | set(np.unique(result.pseudo_channel).tolist()))
     for p in channels:
-        t.name_process(int(p), f"pseudo-channel {p}", int(p))
+        t.name_process(pid_base + int(p), f"pseudo-channel {p}", pid_base + int(p))
     threads = sorted(set(zip(pc.tolist(), tid.tolist(), strict=True)))
     for p, th in threads:
-        t.name_thread(p, th, f"bank {th}" if th < bpp else f"rank {th - bpp} (all banks: PREA, REF)")
+        t.name_thread(pid_base + p, th, f"bank {th}" if th < bpp else f"rank {th - bpp} (all banks: PREA, REF)")
     names = C.COMMAND_NAMES
     ts_us, dur_us = _span_us(cycle * tck, (cycle + dur) * tck)
     for code, c, p, th, b, r, d in zip(cmd.tolist(), ts_us.tolist(), pc.tolist(), tid.tolist(), bank.tolist(),
                                        row.tolist(), dur_us.tolist(), strict=True):
         row_arg = f',"row":{r}' if r >= 0 else ""
-        t.events.append(f'{{"ph":"X","name":"{names[code]}","pid":{p},"tid":{th},"ts":{c:.6f},"dur":{d:.6f},'
-                        f'"args":{{"bank":{b}{row_arg}}}}}')
-    _replay_counters(t, result, start, end, channels)
+        t.events.append(f'{{"ph":"X","name":"{names[code]}","pid":{pid_base + p},"tid":{th},"ts":{c:.6f},'
+                        f'"dur":{d:.6f},"args":{{"bank":{b}{row_arg}}}}}')
+    _replay_counters(t, result, start, end, channels, pid_base)
     return t
 
 
-def _replay_counters(t: Timeline, result: Any, start: int, end: int, channels: Iterable[int]) -> None:
+def _replay_counters(t: Timeline, result: Any, start: int, end: int, channels: Iterable[int],
+                     pid_base: int = 0) -> None:
     tck = result.config.timing.tCK_ns
     access = result.config.organization.access_bytes
     bin_ns, n = _bins(start * tck, end * tck)
@@ -216,8 +222,9 @@ def _replay_counters(t: Timeline, result: Any, start: int, end: int, channels: I
         acc, done = np.sort(accept_ns[mine]), np.sort(done_ns[mine])
         inflight = np.searchsorted(acc, edges_ns[:-1], "right") - np.searchsorted(done, edges_ns[:-1], "right")
         completed = np.diff(np.searchsorted(done, edges_ns, "left"))
-        t.counters(int(p), "requests in flight", "requests", edges_ns[0], bin_ns, inflight.astype(np.float64))
-        t.counters(int(p), "bandwidth GB/s", "GB/s", edges_ns[0], bin_ns, completed * access / bin_ns)
+        t.counters(pid_base + int(p), "requests in flight", "requests", edges_ns[0], bin_ns,
+                   inflight.astype(np.float64))
+        t.counters(pid_base + int(p), "bandwidth GB/s", "GB/s", edges_ns[0], bin_ns, completed * access / bin_ns)
 
 
 def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
