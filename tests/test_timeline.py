@@ -140,6 +140,11 @@ def test_a_serve_timeline_draws_every_iteration_and_every_timed_transfer(tmp_pat
     assert loads and all(e["name"] == "KV load" and e["args"]["link"] == "host_dram->gpu" for e in loads)
     # every load out of host DRAM is a timed transfer; the writes down its link are counted, not drawn
     assert sum(e["args"]["bytes"] for e in loads) == pytest.approx(entry["tier_bytes"]["host_dram"]["read"], rel=1e-9)
+    # the link's bandwidth counter integrates to the same bytes
+    counter = [e for e in tree["traceEvents"] if e["ph"] == "C" and e["name"] == "link host_dram->gpu GB/s"]
+    bin_ns = (counter[1]["ts"] - counter[0]["ts"]) * 1000
+    delivered = sum(e["args"]["GB/s"] for e in counter) * bin_ns
+    assert delivered == pytest.approx(entry["tier_bytes"]["host_dram"]["read"], rel=1e-4)
 
 
 def test_a_serve_window_cuts_slices_and_counts_what_it_leaves_out(tmp_path):

@@ -244,6 +244,26 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lanes
 
 
+def _link_counter(t: Timeline, pid: int, name: str, start: np.ndarray, end: np.ndarray, size: np.ndarray,
+                  window: Window) -> None:
+    """A link's delivered bandwidth over time (GB/s, `COUNTER_BINS` bins): each timed transfer's bytes spread
+    evenly over its duration, as processor sharing delivers them on average."""
+    if not len(start):
+        return
+    lo, hi = max(float(start.min()), window.start_ns), min(float(end.max()), window.end_ns)
+    if hi <= lo:
+        return
+    bin_ns, n = _bins(lo, hi)
+    edges = lo + np.arange(n + 1) * bin_ns
+    rate = size / np.maximum(end - start, 1e-9)  # bytes per ns = GB/s
+    delivered = np.zeros(n)
+    for k in range(0, len(start), 2048):  # bounded memory: transfers x bins in blocks
+        a, b, r = start[k:k + 2048, None], end[k:k + 2048, None], rate[k:k + 2048, None]
+        overlap = np.clip(np.minimum(b, edges[None, 1:]) - np.maximum(a, edges[None, :-1]), 0.0, None)
+        delivered += (overlap * r).sum(axis=0)
+    t.counters(pid, f"link {name} GB/s", "GB/s", lo, bin_ns, delivered / bin_ns)
+
+
 def _serve_activity(t: Timeline, pid: int, activity: dict, first_tid: int, window: Window) -> int:
     """Each instance's batch iterations and each link's timed transfers (on lanes, as they overlap), on threads
     after the requests' ones; returns the slices outside the window."""
@@ -269,6 +289,7 @@ def _serve_activity(t: Timeline, pid: int, activity: dict, first_tid: int, windo
                      [TRANSFER_KINDS[k] for k in activity["transfer_kind"][mine].tolist()],
                      [f'"bytes":{b:.0f},"link":"{name}"' for b in activity["transfer_bytes"][mine].tolist()]))
         base += int(lanes.max()) + 1 if len(lanes) else 0
+        _link_counter(t, pid, name, start[mine], end[mine], activity["transfer_bytes"][mine], window)
     for tid, name in threads:
         t.name_thread(pid, tid, name)
     for tids, a, b, names, args in rows:
