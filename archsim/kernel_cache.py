@@ -18,6 +18,7 @@ try:
 except ImportError:  # not POSIX: no compile lock
     fcntl = None  # type: ignore[assignment]
 
+# the kernel variants compiled or loaded in this process, each with how (numba's cache "hit" or "miss")
 _PREPARED: dict[KernelVariant, str] = {}
 
 

@@ -432,7 +432,6 @@ def _progress_bar(n: int) -> Any:
     return progress_bar(n, "req", "replay")
 
 
-# the kernel variants compiled or loaded in this process, each with how (numba's cache "hit" or "miss")
 def kernel_cached(cfg: MemoryConfig) -> bool:
     """Whether numba's cache already holds the kernel variant a replay of `cfg` runs (no command log)."""
     return variant_on_disk(kernel_variant(kernel_params(cfg, 0)))

@@ -132,7 +132,7 @@ def _plan_requests(systems: Sequence[str], scenario_path: str, n_requests: int, 
     from archsim.plan.inputs import check_candidates, plan_inputs
     from archsim.plan.request import rank_requests
     from archsim.report.output import write_json
-    from archsim.serving.build import serving_workload
+    from archsim.serving.build import serving_spec, serving_workload
     from archsim.serving.run import model_limits, requests_source, run_system
     from archsim.serving.scenario import load_scenario
     from archsim.system.config import load_system_configs
@@ -147,9 +147,9 @@ def _plan_requests(systems: Sequence[str], scenario_path: str, n_requests: int, 
     for cfg in configs:
         workload = serving_workload(cfg, shape, dtype, max_context, scenario.name)
         check_candidates(plan_inputs(cfg, workload), wanted or ())
-        table = requests_for(cfg.serving.block_tokens if cfg.serving else 16)
-        rows += rank_requests(cfg, workload, table, scenario, wanted,
-                              lambda system: run_system(system, scenario, requests_for, warmup=0))
+        spec = serving_spec(cfg, workload, max_context)
+        rows += rank_requests(cfg, workload, requests_for(spec.block_tokens), scenario, wanted,
+                              lambda system: run_system(system, scenario, requests_for, warmup=0), spec.max_batch_seqs)
     agree = {c.name: bool(next((r["simulated_best"] for r in rows if r["system"] == c.name and r["rank"] == 1),
                                False)) for c in configs}
     tree = {"schema": SCHEMA, "scenario": scenario.name, "model": scenario.model, "objective": "request_e2e",

@@ -67,11 +67,10 @@ def planned_batch(inp: PlanInputs, cand: Candidate, context: int, output: int, r
 
 
 def rank_requests(system: SystemConfig, workload: Any, table: Any, scenario: Any, wanted: tuple[str, ...] | None,
-                  serve: Any) -> list[dict[str, Any]]:
+                  serve: Any, max_batch: int) -> list[dict[str, Any]]:
     """The candidates of `system`, ranked by predicted end-to-end, each with the served run's (`serve(system)`:
-    an archsim.serving.run.SystemRun) median end to end."""
+    an archsim.serving.run.SystemRun) median end to end; `max_batch`: the engine's sequence limit."""
     context, output, rate, users = request_shape(table, scenario)
-    max_batch = system.serving.max_batch_seqs if system.serving and system.serving.max_batch_seqs else 256
     rows = []
     base = plan_inputs(system, workload)
     for cand in base.candidates:

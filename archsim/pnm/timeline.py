@@ -17,7 +17,6 @@ DRAM commands, one process per pseudo-channel, as `replay --timeline` draws them
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import numpy as np
@@ -34,7 +33,7 @@ from archsim.pnm.timing import (
     STALL_CAUSES,
     STORE,
 )
-from archsim.report.timeline import Timeline, Window, _bins, _span_us, replay_timeline
+from archsim.report.timeline import Timeline, Window, _bins, _span_us, interval_lanes, replay_timeline
 
 STALLS_TID = len(EXEC_UNITS)
 LANE_TID = STALLS_TID + 1
@@ -131,29 +130,19 @@ def _stalls(t: Timeline, pid: int, records: list, period: float, window: Window,
 def _transfers(t: Timeline, timer: Any, pid: int, issued: list, period: float, window: Window,
                omitted: dict[str, int]) -> None:
     mnemonic = _mnemonics(timer)
-    loads = [i for i, *_ in sorted(issued, key=lambda r: r[2]) if timer._kind[i] in (LOAD, STORE)]
-    # transfer k is the k-th load or store issued (in issue order, which is program order)
-    all_transfers = [i for i, *_ in sorted((r for r in timer.record if r[0] >= 0), key=lambda r: r[2])
-                     if timer._kind[i] in (LOAD, STORE)]
-    index = {i: k for k, i in enumerate(all_transfers)}
-    lanes: list[tuple[int, int]] = []  # (free from, lane) heap
-    by_lane: dict[int, list[tuple[int, int, int]]] = {}
-    for i in loads:
-        k = index[i]
-        begin, done = timer.t_issue[k], timer.comp[k]
-        if lanes and lanes[0][0] <= begin:
-            _, lane = heapq.heappop(lanes)
-        else:
-            lane = len(by_lane)
-        heapq.heappush(lanes, (done, lane))
-        by_lane.setdefault(lane, []).append((begin, done, i))
-    for lane, rows in sorted(by_lane.items()):
+    # transfer k is the k-th load or store issued; records are in issue order, which is program order
+    loads = [i for i, *_ in issued if timer._kind[i] in (LOAD, STORE)]
+    index = {i: k for k, i in enumerate(i for i, *_ in timer.record if i >= 0 and timer._kind[i] in (LOAD, STORE))}
+    begin = np.array([timer.t_issue[index[i]] for i in loads], dtype=np.int64)
+    done = np.array([timer.comp[index[i]] for i in loads], dtype=np.int64)
+    lanes = interval_lanes(begin, done)
+    for lane in range(int(lanes.max()) + 1 if len(lanes) else 0):
+        mine = np.flatnonzero(lanes == lane)
         t.name_thread(pid, LANE_TID + lane, f"DMA lane {lane}")
-        start = np.array([r[0] for r in rows], dtype=np.int64)
-        end = np.array([r[1] for r in rows], dtype=np.int64)
-        names = [mnemonic[timer._pc[i]] for _, _, i in rows]
-        args = [f'"instruction":{i},"transfer":{index[i]}' for _, _, i in rows]
-        _emit(t, pid, LANE_TID + lane, names, start * period, end * period, window, args, omitted, "transfers")
+        names = [mnemonic[timer._pc[loads[k]]] for k in mine.tolist()]
+        args = [f'"instruction":{loads[k]},"transfer":{index[loads[k]]}' for k in mine.tolist()]
+        _emit(t, pid, LANE_TID + lane, names, begin[mine] * period, done[mine] * period, window, args, omitted,
+              "transfers")
     _in_flight(t, timer, pid, loads, index, period, window)
 
 

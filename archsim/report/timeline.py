@@ -227,7 +227,7 @@ def _replay_counters(t: Timeline, result: Any, start: int, end: int, channels: I
         t.counters(pid_base + int(p), "bandwidth GB/s", "GB/s", edges_ns[0], bin_ns, completed * access / bin_ns)
 
 
-def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def interval_lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """A lane per interval such that intervals of one lane do not overlap (greedy, in start order)."""
     import heapq
 
@@ -282,7 +282,7 @@ def _serve_activity(t: Timeline, pid: int, activity: dict, first_tid: int, windo
     link, start, end = activity["transfer_link"], activity["transfer_start_ns"], activity["transfer_end_ns"]
     for j, name in enumerate(activity["links"]):
         mine = np.flatnonzero(link == j)
-        lanes = _lanes(start[mine], end[mine])
+        lanes = interval_lanes(start[mine], end[mine])
         tids = base + lanes
         threads += [(base + k, f"link {name}, lane {k}") for k in range(int(lanes.max()) + 1 if len(lanes) else 0)]
         rows.append((tids, start[mine], end[mine],
