@@ -32,6 +32,8 @@ def _write_modules(tmp_path, helper_body: str, limit: int) -> None:
 
 
 def _digest_of_fresh_modules(tmp_path, monkeypatch, helper_body: str, limit: int) -> str:
+    # no bytecode: a rewrite within the same second and of the same size would load the stale .pyc
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
     _write_modules(tmp_path, helper_body, limit)
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in ("golden_kernel_mod", "golden_helpers_mod"):
