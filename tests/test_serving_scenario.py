@@ -16,7 +16,7 @@ from archsim.serving.scenario import SCENARIOS_DIR, load_scenario, scenario_from
 
 pytestmark = pytest.mark.unit
 
-SHIPPED = ("fixed-input", "multiturn", "shared-prefix", "reasoning", "mooncake-sample")
+SHIPPED = ("fixed-input", "multiturn", "shared-prefix", "reasoning", "mooncake-sample", "long-short-mix")
 MODEL = {"preset": "llama-3.1-70b", "source": "test"}
 
 

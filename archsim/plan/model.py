@@ -308,7 +308,7 @@ def predict(inp: PlanInputs, cand: Candidate, context: int, batch: int) -> Predi
     terms: dict[str, float] = {"gpu_weights": L * t_k, "allreduce": L * t_ar}
     moved = 0.0
     if cand.kv_tier == "hbm":
-        t_attn = _roofline_ns(kv_gpu, attn_flops, gpu)
+        t_attn = hbm_attention_layer_ns(m, gpu, W, tokens)
         t_layer = t_w + t_attn
         terms["gpu_attention"] = L * t_attn
         moved = (layer_kv + append) * L
@@ -335,11 +335,7 @@ def predict(inp: PlanInputs, cand: Candidate, context: int, batch: int) -> Predi
     else:
         path, pool = cand.path, cand.pool
         assert path is not None and pool is not None
-        per, chunks, splits = busiest_channel(W, tokens, pool.channels)
-        passes, tile = sram_passes(m, pool, splits, min(pool.tile_tokens, per))
-        t_pnm = pnm_unit_ns(m, pool, per, chunks, passes, tile)
-        t_q = path.latency_ns + (q_bytes + append) / n / path.query_share_GBps
-        t_o = path.latency_ns + o_bytes / n / path.fetch_share_GBps
+        t_q, t_pnm, t_o, passes, splits = pnm_attention_layer_ns(m, path, pool, W, tokens)
         t_attn = t_q + t_pnm + t_o
         t_layer = t_w + t_attn
         if cand.sub_batches > 1:
@@ -360,6 +356,30 @@ def predict(inp: PlanInputs, cand: Candidate, context: int, batch: int) -> Predi
         counts["gpu.hbm_bit"] += 8.0 * m.weight_bytes * m.instances * (cand.sub_batches - 1)
     pred.energy_pJ_per_token = sum(energy_breakdown(counts, inp.energy).values()) / seqs
     return pred
+
+
+def hbm_attention_layer_ns(m: ModelGeometry, gpu: GpuSpec, head_contexts: int, tokens: float) -> float:
+    """One layer's decode attention on the GPUs over KV in their HBM: `head_contexts` cached-head contexts (all
+    instances) of `tokens` tokens each (the appended one included), read with its append at the roofline."""
+    n = m.gpus_used
+    kv_gpu = head_contexts * (tokens + 1) * m.row_bytes / n
+    flops = 2 * head_contexts * m.query_group * tokens * (m.qk_dim + m.out_dim) / n
+    return _roofline_ns(kv_gpu, flops, gpu)
+
+
+def pnm_attention_layer_ns(m: ModelGeometry, path: PathSpec, pool: PoolSpecP, head_contexts: int,
+                           tokens: int) -> tuple[float, float, float, int, int]:
+    """One layer's decode attention in the PNM units: (queries in, the busiest unit, outputs back, SRAM passes,
+    splits per head context) for `head_contexts` contexts (all instances) of `tokens` tokens each."""
+    n = m.gpus_used
+    per, chunks, splits = busiest_channel(head_contexts, tokens, pool.channels)
+    passes, tile = sram_passes(m, pool, splits, min(pool.tile_tokens, per))
+    t_pnm = pnm_unit_ns(m, pool, per, chunks, passes, tile)
+    queries = head_contexts * m.query_group * m.qk_dim * 4 + head_contexts * m.row_bytes  # fp32, with the append
+    outputs = head_contexts * m.query_group * m.out_dim * 4
+    t_q = path.latency_ns + queries / n / path.query_share_GBps
+    t_o = path.latency_ns + outputs / n / path.fetch_share_GBps
+    return t_q, t_pnm, t_o, passes, splits
 
 
 def overlapped_layer(g: float, a: float, sub_batches: int) -> tuple[float, float]:

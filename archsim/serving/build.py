@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from archsim.errors import ConfigError
 from archsim.models import ModelShape, dtype_bytes
-from archsim.serving.costs import StepCostTable, instance_workload
+from archsim.serving.costs import SplitCost, StepCostTable, instance_workload
 from archsim.serving.spec import ServingSpec, TierSpec, validate
 from archsim.system.config import SystemConfig
 from archsim.system.gpu import gpu_work, hbm_room_bytes
@@ -70,13 +70,16 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
         raise ConfigError(f"disaggregation needs 1 <= prefill_instances < instances ({instances}), got "
                           f"{serving.prefill_instances}", file=system.file, where="system.serving.prefill_instances")
     home = next((i for i, t in enumerate(tiers) if t.compute == "pnm"), 0)
+    if system.kv_placement not in (None, "auto"):  # a named home (checked when the system was read)
+        home = next(i for i, t in enumerate(system.kv_tiers) if t.name == system.kv_placement)
     spec = ServingSpec(
         system=system.name, tier_label=system.tier, instances=instances, tensor_parallel=tp,
         router=serving.router, max_batch_tokens=serving.max_batch_tokens, max_batch_seqs=serving.max_batch_seqs,
         chunked_prefill=serving.chunked_prefill, block_tokens=serving.block_tokens, preemption=serving.preemption,
         kv_bytes_per_token=kv_bytes_per_token(workload.shape, workload.dtype), tiers=tuple(tiers), kv_home=home,
         max_context_tokens=max_context, decode=system.kv_decode, disaggregated=serving.prefill_instances > 0,
-        prefill_instances=serving.prefill_instances)
+        prefill_instances=serving.prefill_instances,
+        placement="auto" if system.kv_placement == "auto" else "fixed", replan_tokens=system.kv_replan_tokens)
     try:
         validate(spec)
     except ConfigError as exc:
@@ -95,8 +98,12 @@ def _link(system: SystemConfig, endpoint: str, tp: int) -> tuple[float, float]:
     return min(alone, together), route_latency_ns(topology, endpoint, mine[0])
 
 
-def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> StepCostTable:
-    """The iteration cost of one instance, its decode part tabulated up to the KV home's capacity."""
+def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> StepCostTable | SplitCost:
+    """The iteration cost of one instance, its decode part tabulated up to the KV home's capacity; with
+    `placement: auto` one table per side (HBM, the PNM tier)."""
+    if spec.placement == "auto":
+        return SplitCost(cost_table(system, workload, replace(spec, placement="fixed", kv_home=0)),
+                         cost_table(system, workload, replace(spec, placement="fixed")))
     home = spec.tiers[spec.kv_home]
     # decode sequences never hold more KV than their home (HBM for load systems, the pool for PNM)
     tokens = home.capacity_bytes // spec.kv_bytes_per_token
@@ -104,6 +111,8 @@ def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> S
         tokens //= spec.instances
     tokens -= 2 * spec.max_batch_seqs  # the step model counts each sequence's appended token on top
     from_hbm = spec.kv_home == 0 and spec.decode == "load"
+    if spec.kv_home == 0 and system.attention == "pnm":  # kv.placement hbm: prefill attends to its prefix in HBM
+        system = replace(system, attention="gpu")
     return StepCostTable(system, workload, spec.max_batch_seqs, max(1, int(tokens)), decode_from_hbm=from_hbm)
 
 

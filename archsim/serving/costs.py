@@ -220,6 +220,74 @@ class StepCostTable:
                 "checked_iterations": len(self.errors), "method": METHOD if self.tabulated else EXACT_METHOD}
 
 
+@dataclass
+class SplitCost:
+    """IterationCost of `kv.placement: auto`: each sequence's KV in HBM (attention on the GPUs, the HBM
+    roofline: `hbm`) or in the PNM pool (attention in its units, tabulated: `pool`). `iteration_ns` takes which
+    sequences are pooled; with all on one side it is that side's table, bit for bit; mixed, the GPUs' work is
+    the whole batch's and the layer waits for the slower of the two attentions (archsim.system.mixed.compose)."""
+
+    hbm: StepCostTable
+    pool: StepCostTable
+
+    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray,
+                     pooled: np.ndarray | None = None) -> float:
+        cached = np.asarray(cached_tokens, dtype=np.int64)
+        new = np.asarray(new_tokens, dtype=np.int64)
+        if pooled is None or not pooled.any():
+            return self.hbm.iteration_ns(cached, new)
+        if pooled.all():
+            return self.pool.iteration_ns(cached, new)
+        decoding = new == 1
+        at_pool, at_hbm = decoding & pooled, decoding & ~pooled
+        w, table = self.pool.workload, self.pool
+        prefill = dict(NO_PREFILL)
+        for side, rows in ((self.hbm, ~decoding & ~pooled), (self.pool, ~decoding & pooled)):
+            if rows.any():  # each prefill's prefix attention where its KV is
+                for k, v in prefill_layer_ns(side.system, w, cached[rows], new[rows]).items():
+                    prefill[k] += v
+        d, n = int(at_pool.sum()), int(cached[at_pool].sum())
+        hbm = (int(at_hbm.sum()), int(cached[at_hbm].sum()))
+        terms = table.decode_part(d, n) if d else None
+        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        gpu = gpu_time(w.shape, w.dtype, int(new.sum()), int(new.size), w.tensor_parallel, table.system.gpus,
+                       stretch)
+        if terms is None:  # only the HBM side decodes
+            return compose(self.hbm.system, w, int(new.sum()), int(new.size), *hbm, prefill, None, gpu).time_ns
+        return compose(table.system, w, int(new.sum()), int(new.size), d, n, prefill, terms, gpu,
+                       hbm_decode=hbm).time_ns
+
+    def decode_steps_ns(self, cached_tokens: np.ndarray, steps: int, pooled: np.ndarray | None = None) -> np.ndarray:
+        """`steps` decode iterations (as StepCostTable.decode_steps_ns); vectorized when every sequence is on
+        one side, else one split iteration per step."""
+        cached = np.asarray(cached_tokens, dtype=np.int64)
+        if pooled is None or not pooled.any():
+            return self.hbm.decode_steps_ns(cached, steps)
+        if pooled.all():
+            return self.pool.decode_steps_ns(cached, steps)
+        ones = np.ones(cached.size, dtype=np.int64)
+        return np.array([self.iteration_ns(cached + j, ones, pooled) for j in range(steps)])
+
+    def check(self, samples: int = 6) -> float:
+        return self.pool.check(samples)
+
+    @property
+    def tabulated(self) -> bool:
+        return self.pool.tabulated
+
+    @property
+    def grid_points(self) -> int:
+        return self.pool.grid_points
+
+    def pool_energy_coefficients(self) -> tuple[dict[str, float], dict[str, float]]:
+        return self.pool.pool_energy_coefficients()
+
+    def declaration(self) -> dict[str, Any]:
+        return {**self.pool.declaration(), "method": "per sequence: " + EXACT_METHOD.split(":", 1)[0] +
+                " HBM roofline where its KV is in HBM; " + METHOD + " where it is in the pool; the layer waits "
+                "for the slower"}
+
+
 def _bracket(grid: list[int], x: int) -> tuple[tuple[int, int], float]:
     """The grid cell holding x and x's weight towards its upper end (clamped to the grid)."""
     if x <= grid[0]:

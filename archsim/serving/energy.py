@@ -32,9 +32,12 @@ from archsim.system.workload import Workload
 DEVICE_ACTION = {"host_dram": ("host_dram.bit", 8.0), "nvme": ("nvme.byte", 1.0), "rdma": ("host_dram.bit", 8.0)}
 
 
-def _token_sums(result: ServingResult) -> tuple[float, float, float, float]:
-    """(prefill tokens, decode tokens, decode attention pairs, prefill attention pairs) over the run."""
+def _token_sums(result: ServingResult, pooled: bool | None = None) -> tuple[float, float, float, float]:
+    """(prefill tokens, decode tokens, decode attention pairs, prefill attention pairs) over the run; `pooled`:
+    only the requests whose KV ended in the PNM tier (True) or in HBM (False) -- placement auto."""
     done = result.completed
+    if pooled is not None and result.home_tier is not None:
+        done = done & ((result.home_tier > 0) == pooled)
     spec = result.spec
     prompt = result.input_tokens[done].astype(float)
     out = result.output_tokens[done].astype(float)
@@ -59,6 +62,9 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     kv_token = result.spec.kv_bytes_per_token
     spec = result.spec
     pnm_home = spec.tiers[spec.kv_home].compute == "pnm"
+    if result.home_tier is not None:  # placement auto: the decode attention of HBM-homed requests ran on GPUs
+        pnm_home = False
+        decode_pairs = _token_sums(result, pooled=False)[2]
     layers = shape.num_layers
     heads = shape.num_attention_heads
     macs_per_pair = attention_constants(shape, dtype)[3]  # qk + out dims per query head
@@ -110,7 +116,7 @@ def run_energy(system: SystemConfig, workload: Workload, result: ServingResult,
     """Joules per output token and per request, and the breakdown in mJ per output token."""
     parts = energy_breakdown(run_counts(system, workload, result, table), system.energy)
     if result.spec.tiers[result.spec.kv_home].compute == "pnm":
-        _, decode_tokens, decode_pairs, _ = _token_sums(result)
+        _, decode_tokens, decode_pairs, _ = _token_sums(result, pooled=True if result.home_tier is not None else None)
         per_byte, per_token = table.pool_energy_coefficients()
         for name, pj in per_byte.items():
             parts[name] = parts.get(name, 0.0) + pj * result.spec.kv_bytes_per_token * decode_pairs

@@ -42,6 +42,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ from archsim.serving.transfers import LinkSharing, links_of_tiers
 
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
 EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
-X_LOAD, X_SWAP_IN, X_ITER, X_WRITE = range(4)         # what a finished transfer wakes
+X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE = range(5)  # what a finished transfer wakes
 REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS = 1, 2, 3
 
 
@@ -97,6 +98,9 @@ class ServingResult:
     cache_stats: list[dict]
     wall_s: float
     activity: dict[str, object] | None = None  # iterations and timed transfers (archsim.serving.activity)
+    home_tier: np.ndarray | None = None  # placement auto: int8[n], the tier its KV was last admitted to
+    moves: np.ndarray | None = None      # placement auto: int64[n], moves between HBM and the PNM tier
+    move_bytes: float = 0.0
 
     @property
     def mean_inflight(self) -> float:
@@ -104,10 +108,16 @@ class ServingResult:
         return self.inflight_area_ns / span if span > 0 else 0.0
 
 
-def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False) -> ServingResult:
+def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False,
+             placer: object | None = None) -> ServingResult:
     """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish.
-    `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline)."""
+    `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline). `placer`:
+    with `placement: auto`, where each sequence's KV goes (archsim.plan.place.Placer); the cost then takes
+    which sequences are pooled (archsim.serving.costs.SplitCost)."""
+    if spec.placement == "auto" and placer is None:
+        raise ValueError("placement auto needs a placer")
     engine = _Engine(table, spec, cost)
+    engine.placer = placer
     engine.activity = ActivityLog() if record else None
     return engine.run()
 
@@ -149,6 +159,7 @@ def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray
 class _Engine:
     fast_decode = True     # the decode fast path (exact; off only to test that it is)
     activity: ActivityLog | None = None
+    placer: Any = None     # placement auto: archsim.plan.place.Placer
 
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
         validate(spec)
@@ -169,8 +180,11 @@ class _Engine:
         self.bt = spec.block_tokens
         self.kvb = spec.kv_bytes_per_token
         self.block_bytes = spec.block_bytes
-        # the tier running sequences' KV lives in: a pnm pool or HBM, or the tier streamed from
-        self.base = spec.kv_home if spec.decode == "load" else spec.kv_home + 1
+        # the tier running sequences' KV lives in: a pnm pool or HBM, or the tier streamed from; with placement
+        # auto each sequence's view tier (res) is 0 (HBM) or the PNM tier's index
+        self.auto = spec.placement == "auto"
+        self.pool_tier = spec.kv_home if self.auto else -1
+        self.base = 0 if self.auto else spec.kv_home if spec.decode == "load" else spec.kv_home + 1
         self.stream_all = spec.decode == "stream"
         self._build_links()
         self._build_caches()
@@ -250,6 +264,8 @@ class _Engine:
         self.loaded_blocks = np.zeros((n, T), dtype=np.int64)
         self.rejected = np.zeros(n, dtype=np.int8)
         self.preemptions = np.zeros(n, dtype=np.int64)
+        self.moves = np.zeros(n, dtype=np.int64)
+        self.move_bytes = 0.0
         self.tier_read = np.zeros(T)
         self.tier_write = np.zeros(T)
 
@@ -322,7 +338,11 @@ class _Engine:
         if total > spec.max_context_tokens:
             self._reject(r, REJECT_CONTEXT)
             return
-        if need_blocks <= self.cap_blocks[self.base]:
+        if self.auto:
+            if need_blocks > max(self.cap_blocks[0], self.cap_blocks[self.pool_tier]):
+                self._reject(r, REJECT_CAPACITY)
+                return
+        elif need_blocks <= self.cap_blocks[self.base]:
             self.streams[r] = self.stream_all
         elif self.base == 0 and self.T > 1 and need_blocks <= self.cap_blocks[1]:
             self.res[r], self.streams[r] = 1, True
@@ -448,17 +468,20 @@ class _Engine:
         bound = self.heap[0][0] if self.heap else math.inf
         if self.iter_heap:
             others = self.iter_heap[0][0]
-            coupled = self.base > 0 or self.routable < self.spec.instances
+            coupled = self.base > 0 or self.auto or self.routable < self.spec.instances
             bound = min(bound, others if coupled else others + self.min_think_ns)
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
         left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
+        if self.auto:                  # so does the step that reaches a replan
+            R = self.spec.replan_tokens
+            left = min(left, int((R - ctx % R).min()) - 1)
         done, chunk = 0, 8
         while done < left:
             steps = min(chunk, left - done)
             chunk *= 2
             ends, t_end = [], t
-            for step_ns in self._decode_steps_ns(ctx, steps):
+            for step_ns in self._decode_steps_ns(ctx, steps, ids):
                 t_end += step_ns
                 if t_end >= bound:
                     break
@@ -478,9 +501,12 @@ class _Engine:
             self.iterations += done
             self.tokens_emitted += done * len(ids)
             self.tokens_computed += done * len(ids)
-            self.tier_write[self.base] += float(done * len(ids) * self.kvb)
-            if self.base > 0:
-                self.written_bytes[self.link_of_tier[self.base]] += float(done * len(ids) * self.kvb)
+            res = self.res[ids]
+            for v in np.unique(res).tolist():
+                size = float(done * int((res == v).sum()) * self.kvb)
+                self.tier_write[self.base + v] += size
+                if self.base + v > 0:
+                    self.written_bytes[self.link_of_tier[self.base + v]] += size
         return t
 
     def _add_prefill(self, r: int, chunk: int, t: float, ids: list, news: list, prefill: list) -> None:
@@ -490,9 +516,11 @@ class _Engine:
         news.append(chunk)
         prefill.append(True)
 
-    def _decode_steps_ns(self, ctx: np.ndarray, steps: int) -> list[float]:
+    def _decode_steps_ns(self, ctx: np.ndarray, steps: int, ids: np.ndarray) -> list[float]:
         """Durations of `steps` decode iterations of one batch, sequence s holding ctx[s] + j tokens at step j:
         the cost's own `decode_steps_ns` when it has one (a vectorized form of the same), else one call each."""
+        if self.auto:
+            return [float(x) for x in self.cost.decode_steps_ns(ctx, steps, self.res[ids] > 0)]
         vectorized = getattr(self.cost, "decode_steps_ns", None)
         if vectorized is not None:
             return [float(x) for x in vectorized(ctx, steps)]
@@ -532,7 +560,8 @@ class _Engine:
         events = sorted((j, s) for s in np.flatnonzero(needs).tolist()
                         for j in range(int(first[s]), steps, self.bt))
         view = self.views[i]
-        if self._grow_all(i, ids, held_tokens, [s for _, s in events]):
+        one_tier = len(set(self.res[ids[needs]].tolist())) == 1   # placement auto mixes HBM and the pool
+        if one_tier and self._grow_all(i, ids, held_tokens, [s for _, s in events]):
             return steps
         for j, s in events:
             g = int(ids[s])
@@ -541,7 +570,8 @@ class _Engine:
                 break
             self.nheld[g] += 1
             held_tokens[s] += self.bt
-        self._note_pinned(i, int(self.res[g]))
+        for v in set(self.res[ids[needs]].tolist()):
+            self._note_pinned(i, v)
         return steps
 
     def _grow_decoders(self, i: int, t: float) -> None:
@@ -602,6 +632,8 @@ class _Engine:
             return self._swap_in(i, r, t)
         if self.handed[r]:
             return self._take_over(i, r, t)
+        if self.auto:
+            self._place(i, r)
         view, v = self.views[i], int(self.res[r])
         keys = self._prompt_keys(r)
         # the cache's counters and recency see each request's first look only (a retry is a peek)
@@ -652,6 +684,71 @@ class _Engine:
         self.running[i].append(r)
         return min(new_tokens, budget) if self.spec.chunked_prefill else new_tokens
 
+    def _sides(self, i: int, exclude: int = -1) -> tuple[tuple[int, int], tuple[int, int]]:
+        """placement auto: (sequences, tokens) of instance i's running sequences with KV in HBM, and in the PNM
+        tier (a prefilling one counted at its whole prompt)."""
+        arr = np.array([r for r in self.running[i] if r != exclude], dtype=np.int64)
+        pooled = self.res[arr] > 0
+        held = np.maximum(self.ctx[arr], self.target[arr])
+        return ((int((~pooled).sum()), int(held[~pooled].sum())), (int(pooled.sum()), int(held[pooled].sum())))
+
+    def _place(self, i: int, r: int) -> None:
+        """placement auto: the side the placer prefers for the sequence, unless only the other has room now."""
+        nblocks = -(-int(self.target[r]) // self.bt)
+        hbm, pool = self._sides(i)
+        chunk = self.spec.max_batch_tokens if self.spec.chunked_prefill else int(self.target[r])
+        pooled = self.placer.prefers_pool(hbm, pool, int(self.target[r]), chunk, self._decode_horizon())
+        sides = (self.pool_tier, 0) if pooled else (0, self.pool_tier)
+        fits = [self.cap_blocks[v] >= nblocks and self.views[i].tiers[v].room_blocks() >= nblocks for v in sides]
+        self.res[r] = sides[1] if (not fits[0] and fits[1]) or self.cap_blocks[sides[0]] < nblocks else sides[0]
+
+    def _decode_horizon(self) -> int:
+        """Decode steps a placement is expected to serve before it is planned again: the mean answer of the
+        requests completed so far (what a server can know; replan_tokens before any), at most replan_tokens."""
+        done = self.state == DONE
+        if not done.any():
+            return self.spec.replan_tokens
+        return max(1, min(self.spec.replan_tokens, round(float(self.out_tokens[done].mean()))))
+
+    def _replan(self, i: int, decoded: np.ndarray, t: float) -> None:
+        """placement auto: a decode sequence whose context just reached a multiple of replan_tokens moves to
+        the other side when what that saves over the next replan_tokens steps exceeds the move."""
+        R = self.spec.replan_tokens
+        for r in decoded[self.ctx[decoded] % R == 0].tolist():
+            if self.state[r] == RUNNING:
+                self._move_if_it_pays(i, r, t)
+
+    def _move_if_it_pays(self, i: int, r: int, t: float) -> None:
+        src = int(self.res[r])
+        dest = 0 if src else self.pool_tier
+        hbm, pool = self._sides(i, exclude=r)
+        gain_ns = self.placer.step_gain_ns(hbm, pool, int(self.ctx[r]), src > 0) * self._decode_horizon()
+        size = float(self.ctx[r] * self.kvb)
+        link = self.link_spec[self.link_of_tier[self.pool_tier]]
+        if gain_ns <= link.latency_ns + size / link.bandwidth_GBps:
+            return
+        keys = self._seq_keys(r, int(self.nheld[r]))
+        view = self.views[i]
+        if not view.insert(keys, dest, pin=True):
+            return                                 # no room there now
+        view.unpin(keys, src)
+        self.release_epoch += 1
+        self._note_pinned(i, dest)
+        self.res[r] = dest
+        self.moves[r] += 1
+        self.move_bytes += size
+        self.tier_read[src] += size
+        self.tier_write[dest] += size
+        self.running[i].remove(r)
+        self.state[r] = LOADING
+        self.nloading[i] += 1
+        self._transfer(self.pool_tier, size, X_MOVE, r, t)   # timed on the PNM tier's link either way
+
+    def _iteration_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
+        if self.auto:
+            return float(self.cost.iteration_ns(cached, news, self.res[ids] > 0))
+        return float(self.cost.iteration_ns(cached, news))
+
     def _load_pays(self, r: int, hits: np.ndarray, lead: int, found: int, v: int) -> bool:
         """Loading the hit blocks from lower tiers beats recomputing them (and what follows the first)."""
         load_ns = 0.0
@@ -663,8 +760,9 @@ class _Engine:
             load_ns = max(load_ns, link.latency_ns + size * sharing / link.bandwidth_GBps)
         target = int(self.target[r])
         c_lead, c_all = lead * self.bt, found * self.bt
-        recompute_ns = self.cost.iteration_ns(np.array([c_lead]), np.array([target - c_lead])) - \
-            self.cost.iteration_ns(np.array([c_all]), np.array([target - c_all]))
+        one = np.array([r], dtype=np.int64)
+        recompute_ns = self._iteration_ns(one, np.array([c_lead]), np.array([target - c_lead])) - \
+            self._iteration_ns(one, np.array([c_all]), np.array([target - c_all]))
         return load_ns < recompute_ns
 
     def _start_load(self, i: int, r: int, seq_keys: np.ndarray, hits: np.ndarray, cached_blocks: int,
@@ -751,18 +849,20 @@ class _Engine:
     def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> None:
         self.busy[i] = True
         cached = self.ctx[ids]
-        compute_ns = float(self.cost.iteration_ns(cached, news))
+        compute_ns = self._iteration_ns(ids, cached, news)
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         written = news * self.kvb
-        home = self.res[ids] == 0
-        self.tier_write[self.base] += float(written[home].sum())
-        if self.base > 0:
-            # KV a pool (or a streamed tier) holds is written over its link
-            self._transfer(self.base, float(written[home].sum()), X_WRITE, i, t)
+        res = self.res[ids]
+        for v in np.unique(res).tolist():
+            size = float(written[res == v].sum())
+            self.tier_write[self.base + v] += size
+            if self.base + v > 0:
+                # KV a pool (or a streamed tier) holds is written over its link
+                self._transfer(self.base + v, size, X_WRITE, i, t)
         streaming = self.streams[ids]
         if streaming.any():
             for v in np.unique(self.res[ids][streaming]).tolist():
@@ -771,10 +871,6 @@ class _Engine:
                 self.tier_read[self.base + v] += size
                 if self._transfer(self.base + v, size, X_ITER, i, t):
                     self.parts_left[i] += 1
-                if v > 0:
-                    size = float(written[rows].sum())
-                    self.tier_write[self.base + v] += size
-                    self._transfer(self.base + v, size, X_WRITE, i, t)
 
     def _iteration_part_done(self, i: int, t: float) -> None:
         self.parts_left[i] -= 1
@@ -808,8 +904,10 @@ class _Engine:
         if i < self.routable < self.spec.instances and len(filled):
             for r in filled[self.out_done[filled] < self.out_tokens[filled]].tolist():
                 self._hand_over(i, r, t)
+        if self.auto and len(decoded):
+            self._replan(i, decoded, t)
         self._schedule(i, t)
-        if len(finished) and (self.base > 0 or self.streams[finished].any()):
+        if len(finished) and (self.base > 0 or (self.res[finished] > 0).any()):
             for j in range(self.spec.instances):       # room freed in a shared tier
                 if j != i:
                     self._schedule(j, t)
@@ -891,6 +989,12 @@ class _Engine:
     def _transfer_done(self, what: int, who: int, t: float) -> None:
         if what == X_ITER:
             self._iteration_part_done(who, t)
+        elif what == X_MOVE:
+            i = int(self.inst[who])
+            self.state[who] = RUNNING
+            self.nloading[i] -= 1
+            self.running[i].append(who)
+            self._schedule(i, t)
         elif what in (X_LOAD, X_SWAP_IN):
             self.xfers_left[who] -= 1
             if self.xfers_left[who]:
@@ -958,4 +1062,6 @@ class _Engine:
             iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
             events=self.arrivals + self.iterations + self.completions,
             inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
-            cache_stats=stats, wall_s=wall_s, activity=self.activity.arrays() if self.activity is not None else None)
+            cache_stats=stats, wall_s=wall_s, activity=self.activity.arrays() if self.activity is not None else None,
+            home_tier=self.res.astype(np.int8) if self.auto else None, moves=self.moves.copy() if self.auto else None,
+            move_bytes=self.move_bytes)

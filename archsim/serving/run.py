@@ -67,8 +67,13 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     spec = serving_spec(system, workload, max_context)
     cost = cost_table(system, workload, spec)
     table: RequestTable = requests_for(spec.block_tokens)
+    placer = None
+    if spec.placement == "auto":
+        from archsim.plan.place import placer_for
+
+        placer = placer_for(system, workload, spec.tiers[spec.kv_home].name)
     try:
-        result = simulate(table, spec, cost, record=record)
+        result = simulate(table, spec, cost, record=record, placer=placer)
     except ArchsimError as exc:
         if exc.file is not None:
             raise  # bad input, not a system that cannot serve
@@ -79,7 +84,20 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     metrics.update(run_energy(system, workload, result, cost))
     metrics["tier_link_bytes"] = metrics.pop("link_bytes")
     metrics["link_bytes"] = hop_link_bytes(system, workload, result)
+    if result.home_tier is not None:
+        metrics["placement"] = placement_summary(result)
     return SystemRun(system, "ok", result, cost, metrics)
+
+
+def placement_summary(result: ServingResult) -> dict[str, Any]:
+    """placement auto: completed requests per tier their KV ended in, and the moves between them."""
+    done = result.completed
+    assert result.home_tier is not None and result.moves is not None
+    names = [t.name for t in result.spec.tiers]
+    homes = np.bincount(result.home_tier[done].astype(np.int64), minlength=len(names))
+    return {"mode": "auto", "replan_tokens": result.spec.replan_tokens,
+            "requests_by_tier": {names[t]: int(c) for t, c in enumerate(homes) if c},
+            "moves": int(result.moves.sum()), "move_bytes": float(result.move_bytes)}
 
 
 def hop_link_bytes(system: SystemConfig, workload: Workload, result: ServingResult) -> dict[str, float]:

@@ -54,6 +54,10 @@ class ServingSpec:
     decode: str                     # load|stream
     disaggregated: bool = False
     prefill_instances: int = 0
+    # auto: each sequence's KV in HBM or in the PNM tier `kv_home`, as a placer decides at admission and
+    # whenever its context crosses a multiple of replan_tokens (archsim.plan.place); fixed: all in kv_home
+    placement: str = "fixed"
+    replan_tokens: int = 8192
 
     @property
     def block_bytes(self) -> int:
@@ -89,6 +93,9 @@ def validate(spec: ServingSpec) -> None:
         if t > 0:
             need(tier.link_GBps > 0, f"system.kv.tiers[{t}].endpoint", f"link bandwidth must be positive, got "
                  f"{tier.link_GBps} GB/s")
+    need(spec.placement in ("fixed", "auto"), "system.kv.placement", f"unknown mode {spec.placement!r}")
+    need(spec.placement == "fixed" or (spec.kv_home > 0 and spec.decode == "load"), "system.kv.placement",
+         "auto needs a PNM tier to place KV in besides HBM, and decode: load")
     home = spec.tiers[spec.kv_home]
     need(spec.kv_home == 0 or home.compute == "pnm", "system.kv.tiers",
          f"KV can live in tier {home.name!r} only if it computes attention (compute: pnm)")

@@ -159,6 +159,11 @@ class SystemConfig:
     kv_decode: str = "load"  # serving: load a remote prefix into HBM once, or stream the KV every step
     serving: ServingConfig | None = None
     sub_batches: int = 1  # schedule.sub_batches: PNM attention of one sub-batch under the GPUs' work on another
+    # serving: where running sequences' KV lives -- a tier name (hbm, or a tier with PNM compute), or `auto`
+    # (the planner picks per request at admission and whenever its context crosses a multiple of
+    # kv_replan_tokens); None: the first PNM tier, else HBM
+    kv_placement: str | None = None
+    kv_replan_tokens: int = 8192
 
     def gpu_endpoints(self, n: int) -> list[str]:
         """The first `n` GPU endpoints of the topology group (checked at load time)."""
@@ -229,6 +234,8 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     attention = root.choice("attention", ATTENTION_PLACES)
     topology = _parse_interconnect(root, file) if root.has("interconnect") else None
     kv_decode = kv.choice("decode", DECODE_MODES, "load")
+    kv_placement = kv.str("placement") if kv.has("placement") else None
+    replan_tokens = kv.int("replan_tokens", 8192, minimum=1)
     if kv.has("tiers"):
         if kv.has("location"):
             raise kv.error("location", "give either kv.tiers or its one-tier shorthand kv.location, not both")
@@ -279,9 +286,27 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     for i, t in enumerate(tiers):
         if t.endpoint is not None and topology is not None and t.endpoint not in topology.endpoints:
             raise root.error(f"kv.tiers[{i}].endpoint", f"the interconnect has no endpoint {t.endpoint!r}")
+    _check_placement(kv_placement, tiers, kv_decode, root)
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
                         gpu_fetch, sampling, qos, energy, file, device, tiers, kv_decode, serving,
-                        sub_batches=sub_batches)
+                        sub_batches=sub_batches, kv_placement=kv_placement, kv_replan_tokens=replan_tokens)
+
+
+def _check_placement(placement: str | None, tiers: tuple[KvTier, ...], decode: str, root: Section) -> None:
+    """kv.placement names HBM or a tier with PNM compute (where attention can run on the KV), or is `auto`,
+    which needs both to choose between."""
+    if placement is None:
+        return
+    homes = [t.name for t in tiers if t.kind == "hbm" or t.compute == "pnm"]
+    if placement != "auto" and placement not in homes:
+        raise root.error("kv.placement", f"must be auto or one of {', '.join(homes)} (HBM or a tier with PNM "
+                                         f"compute), got {placement!r}")
+    if placement == "auto" and len(homes) < 2:
+        raise root.error("kv.placement", "auto chooses between HBM and a tier with PNM compute; the system has "
+                                         "no PNM tier")
+    if decode == "stream":
+        raise root.error("kv.placement", "decode: stream streams every step from the tier below HBM; give "
+                                         "placement only with decode: load")
 
 
 def _over_ethernet(topology: Topology, endpoint: str) -> bool:

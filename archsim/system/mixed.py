@@ -98,11 +98,14 @@ NO_PREFILL = {"gpu": 0.0, "pnm": 0.0, "kv_write": 0.0}
 
 def compose(system: SystemConfig, workload: Workload, tokens: int, sequences: int, decode_sequences: int,
             decode_cached_tokens: int, prefill: dict[str, float], terms: DecodeTerms | None,
-            gpu: GpuLayerTime | None = None) -> MixedStep:
+            gpu: GpuLayerTime | None = None, hbm_decode: tuple[int, int] = (0, 0)) -> MixedStep:
     """The iteration from the mix's aggregates: `tokens` new tokens of `sequences` sequences, of which
     `decode_sequences` decode over `decode_cached_tokens` cached tokens in all; `prefill` the prefill chunks'
     per-layer terms (NO_PREFILL without any); `gpu` the GPUs' time at (tokens, sequences) when the caller
-    memoized it. Scalar arithmetic only: the serving engine's hot path."""
+    memoized it. `hbm_decode`: (sequences, cached tokens) of further decode sequences whose KV is in HBM while
+    the others' is in a PNM pool (`kv.placement: auto`): the GPUs attend to theirs while the PNM units attend
+    to the others', so the layer waits for the slower of the two. Scalar arithmetic only: the serving engine's
+    hot path."""
     shape, gpus, tp = workload.shape, system.gpus, workload.tensor_parallel
     L = shape.num_layers
     if gpu is None:
@@ -117,6 +120,11 @@ def compose(system: SystemConfig, workload: Workload, tokens: int, sequences: in
     else:
         critical, exposed = PLACEMENTS[terms.kind].decode_layer(own, kv_d, flops_d, terms.pool_ns,
                                                                 terms.route_latency_ns, system, gpus)
+    if hbm_decode[0]:
+        pool_attention = critical.pop("pnm_attention", 0.0)
+        gpu_attention = roofline_ns(*_decode_hbm_work(workload, *hbm_decode), gpus)
+        critical["gpu_attention" if gpu_attention >= pool_attention else "pnm_attention"] = \
+            max(gpu_attention, pool_attention)
     layer = sum(critical.values())
     critical["prefill_kv_write"] = max(0.0, prefill["kv_write"] - layer)  # leaves while the layer computes
     parts = {k: L * v for k, v in critical.items()}
