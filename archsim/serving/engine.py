@@ -704,10 +704,12 @@ class _Engine:
 
     def _decode_horizon(self) -> int:
         """Decode steps a placement is expected to serve before it is planned again: the mean answer of the
-        requests completed so far (what a server can know; replan_tokens before any), at most replan_tokens."""
+        requests completed so far (what a server can know); before any, the longest answer generated so far
+        (a lower bound, 0 at the start: the first sequences stay in HBM unless the pool costs them nothing);
+        at most replan_tokens."""
         done = self.state == DONE
         if not done.any():
-            return self.spec.replan_tokens
+            return int(min(self.spec.replan_tokens, int(self.out_done.max())))
         return max(1, min(self.spec.replan_tokens, round(float(self.out_tokens[done].mean()))))
 
     def _replan(self, i: int, decoded: np.ndarray, t: float) -> None:
