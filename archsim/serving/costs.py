@@ -36,6 +36,8 @@ GRID_RATIO = 4  # cached-token grid: 0, 1024, 4096, ... ; sequences grid: 1, 2, 
 FIRST_TOKENS = 1024
 METHOD = ("bilinear in (decode sequences, their cached tokens) over decode-step runs with DRAM and PNM "
           "replayed; GPU kernels, all-reduces, prefill attention and KV writes exact")
+SPLIT_METHOD = ("per sequence where its KV is: the HBM roofline (exact), or the PNM pool's decode part "
+                "tabulated as below; the layer waits for the slower. " + METHOD)
 EXACT_METHOD = ("exact: decode attention reads the KV from GPU HBM (the HBM roofline), nothing tabulated; GPU "
                 "kernels, all-reduces, prefill attention and KV writes exact")
 
@@ -283,9 +285,7 @@ class SplitCost:
         return self.pool.pool_energy_coefficients()
 
     def declaration(self) -> dict[str, Any]:
-        return {**self.pool.declaration(), "method": "per sequence: " + EXACT_METHOD.split(":", 1)[0] +
-                " HBM roofline where its KV is in HBM; " + METHOD + " where it is in the pool; the layer waits "
-                "for the slower"}
+        return {**self.pool.declaration(), "method": SPLIT_METHOD}
 
 
 def _bracket(grid: list[int], x: int) -> tuple[tuple[int, int], float]:

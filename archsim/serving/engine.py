@@ -285,6 +285,7 @@ class _Engine:
         # a finished turn's successor arrives no sooner than this after it (bounds the decode fast path)
         self.min_think_ns = float(self.table.think_ns[later].min()) if later.any() else math.inf
         self.iterations = self.arrivals = self.completions = 0
+        self.completed_out_tokens = 0                      # answers of the completed requests (auto's horizon)
         self.tokens_emitted = self.tokens_computed = 0     # output tokens sampled; tokens whose KV was computed
         self.swap_out_bytes = self.swap_in_bytes = self.handover_bytes = 0.0
         # disaggregation: instances [0, prefill_instances) prefill, the rest decode
@@ -699,18 +700,23 @@ class _Engine:
         chunk = self.spec.max_batch_tokens if self.spec.chunked_prefill else int(self.target[r])
         pooled = self.placer.prefers_pool(hbm, pool, int(self.target[r]), chunk, self._decode_horizon())
         sides = (self.pool_tier, 0) if pooled else (0, self.pool_tier)
-        fits = [self.cap_blocks[v] >= nblocks and self.views[i].tiers[v].room_blocks() >= nblocks for v in sides]
-        self.res[r] = sides[1] if (not fits[0] and fits[1]) or self.cap_blocks[sides[0]] < nblocks else sides[0]
+        first, other = sides
+
+        def fits_now(v: int) -> bool:
+            return self.views[i].tiers[v].room_blocks() >= nblocks
+
+        too_big = self.cap_blocks[first] < nblocks       # the arrival check let it in: the other side holds it
+        self.res[r] = other if too_big or (not fits_now(first) and fits_now(other)) else first
 
     def _decode_horizon(self) -> int:
         """Decode steps a placement is expected to serve before it is planned again: the mean answer of the
         requests completed so far (what a server can know); before any, the longest answer generated so far
         (a lower bound, 0 at the start: the first sequences stay in HBM unless the pool costs them nothing);
         at most replan_tokens."""
-        done = self.state == DONE
-        if not done.any():
+        if not self.completions:
             return int(min(self.spec.replan_tokens, int(self.out_done.max())))
-        return max(1, min(self.spec.replan_tokens, round(float(self.out_tokens[done].mean()))))
+        mean = self.completed_out_tokens / self.completions
+        return max(1, min(self.spec.replan_tokens, round(mean)))
 
     def _replan(self, i: int, decoded: np.ndarray, t: float) -> None:
         """placement auto: a decode sequence whose context just reached a multiple of replan_tokens moves to
@@ -744,6 +750,7 @@ class _Engine:
         self.running[i].remove(r)
         self.state[r] = LOADING
         self.nloading[i] += 1
+        self.xfers_left[r] = 1
         self._transfer(self.pool_tier, size, X_MOVE, r, t)   # timed on the PNM tier's link either way
 
     def _iteration_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
@@ -940,6 +947,7 @@ class _Engine:
         self.last_ns[r] = t
         self.state[r] = DONE
         self.completions += 1
+        self.completed_out_tokens += int(self.out_tokens[r])
         self.running[i].remove(r)
         keys = self._seq_keys(r, int(self.nheld[r]))
         self.views[i].unpin(keys, int(self.res[r]))
@@ -991,13 +999,7 @@ class _Engine:
     def _transfer_done(self, what: int, who: int, t: float) -> None:
         if what == X_ITER:
             self._iteration_part_done(who, t)
-        elif what == X_MOVE:
-            i = int(self.inst[who])
-            self.state[who] = RUNNING
-            self.nloading[i] -= 1
-            self.running[i].append(who)
-            self._schedule(i, t)
-        elif what in (X_LOAD, X_SWAP_IN):
+        elif what in (X_LOAD, X_SWAP_IN, X_MOVE):
             self.xfers_left[who] -= 1
             if self.xfers_left[who]:
                 return
