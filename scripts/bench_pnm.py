@@ -15,9 +15,9 @@ from pathlib import Path
 
 from archsim.config.memory import load_memory_config
 from archsim.memory import warm_up
-from archsim.pnm.simulate import run_pnm
-from archsim.pnm.stats import pnm_stats
-from archsim.pnm.unit_config import load_pnm_config
+from archsim.pnm.timed.simulate import run_pnm
+from archsim.pnm.timed.stats import pnm_stats
+from archsim.pnm.timed.unit_config import load_pnm_config
 from archsim.resources import SOURCE_ROOT
 
 REPO = SOURCE_ROOT

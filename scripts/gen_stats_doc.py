@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from archsim.pnm.stats import render_pnm_stats_table
+from archsim.pnm.timed.stats import render_pnm_stats_table
 from archsim.report.memory_stats import SCHEMA, STAT_DOCS
 from archsim.resources import SOURCE_ROOT
 

@@ -25,7 +25,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.system
 
-FORBIDDEN = ("archsim.controller", "archsim.dram", "archsim.memory", "archsim.pnm.timing", "archsim.system")
+FORBIDDEN = ("archsim.controller", "archsim.dram", "archsim.memory", "archsim.pnm.timed.timing", "archsim.system")
 
 
 @click.group(cls=_Group)

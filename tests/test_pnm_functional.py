@@ -17,7 +17,6 @@ from archsim.pnm import (
     Executor,
     UnitConfig,
     decode_attention,
-    dtypes,
     partition_kv_heads,
     place_decode_attention,
     random_inputs,
@@ -25,7 +24,8 @@ from archsim.pnm import (
     run_program,
     trace_program,
 )
-from archsim.pnm.semantics import HANDLERS
+from archsim.pnm.machine import dtypes
+from archsim.pnm.machine.semantics import HANDLERS
 
 pytestmark = pytest.mark.component
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from archsim.cli import main
-from archsim.pnm.timing import EXEC_UNITS, STALL_CAUSES
+from archsim.pnm.timed.timing import EXEC_UNITS, STALL_CAUSES
 from tests.conftest import REPO
 from tests.timeline_check import slices_overlap, validate
 

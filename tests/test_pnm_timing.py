@@ -12,15 +12,15 @@ from archsim.cli import main
 from archsim.config.memory import load_memory_config
 from archsim.errors import ConfigError
 from archsim.memory import Requests, replay
-from archsim.pnm import timing
-from archsim.pnm.address_space import channel_local_to_physical
 from archsim.pnm.cli import pnm as pnm_group
-from archsim.pnm.memport import MemoryDomain
-from archsim.pnm.placement import place_decode_attention
-from archsim.pnm.shape import parse_shape
-from archsim.pnm.simulate import run_pnm
-from archsim.pnm.stats import PNM_CONTRACT, PNM_STAT_DOCS, pnm_doc_key, pnm_stats, render_pnm_stats_table
-from archsim.pnm.unit_config import ClockRatio, device_layout, load_pnm_config
+from archsim.pnm.problem.placement import place_decode_attention
+from archsim.pnm.problem.shape import parse_shape
+from archsim.pnm.timed import timing
+from archsim.pnm.timed.address_space import channel_local_to_physical
+from archsim.pnm.timed.memport import MemoryDomain
+from archsim.pnm.timed.simulate import run_pnm
+from archsim.pnm.timed.stats import PNM_CONTRACT, PNM_STAT_DOCS, pnm_doc_key, pnm_stats, render_pnm_stats_table
+from archsim.pnm.timed.unit_config import ClockRatio, device_layout, load_pnm_config
 from archsim.report.memory_stats import flatten
 from tests.conftest import REPO
 

@@ -1,9 +1,16 @@
-"""PNM compute unit: the functional executor of isa/ programs, its access traces, and the
-host-side helpers that place attention problems in DRAM and partition them across units.
-(The unit's timing model is a separate part built on `ProgramTrace`.)
+"""PNM compute unit, in three layers that import only downward:
+
+* `machine/` -- the functional executor of isa/ programs, its state, opcode semantics, access traces and
+  the lockstep loop over units;
+* `problem/` -- decode attention as the host sets it up: the reference, the DRAM placement a kernel
+  reads, the partition over units;
+* `timed/` -- the device configuration, the workload its units replay, the memory port and the cycle
+  model with its roofline, statistics and timeline.
+
+This package re-exports the functional API below; `cli.py` is the `archsim pnm` command group.
 """
 
-from archsim.pnm.functional import (
+from archsim.pnm.machine.functional import (
     DatapathConfig,
     Executor,
     UnitConfig,
@@ -11,11 +18,11 @@ from archsim.pnm.functional import (
     run_program,
     trace_program,
 )
-from archsim.pnm.memimage import DramImage, Scratchpad
-from archsim.pnm.partition import PartitionedRun, UnitAssignment, partition_kv_heads, run_decode_attention
-from archsim.pnm.placement import Placement, kernel_for, place_decode_attention, random_inputs
-from archsim.pnm.reference import DecodeAttentionSpec, decode_attention
-from archsim.pnm.trace import DramAccess, ProgramTrace
+from archsim.pnm.machine.memimage import DramImage, Scratchpad
+from archsim.pnm.machine.trace import DramAccess, ProgramTrace
+from archsim.pnm.problem.partition import PartitionedRun, UnitAssignment, partition_kv_heads, run_decode_attention
+from archsim.pnm.problem.placement import Placement, kernel_for, place_decode_attention, random_inputs
+from archsim.pnm.problem.reference import DecodeAttentionSpec, decode_attention
 
 __all__ = [
     "DatapathConfig", "DecodeAttentionSpec", "DramAccess", "DramImage", "Executor", "PartitionedRun",

@@ -68,10 +68,10 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
     """Run KERNEL for SHAPE on the PNM units and print cycles, roofline, bandwidth and stalls."""
     from archsim.config.memory import load_memory_config
     from archsim.outputs import OutputPlan
-    from archsim.pnm.simulate import run_pnm
-    from archsim.pnm.stats import pnm_stats, pnm_summary_rows
-    from archsim.pnm.timeline import pnm_timeline
-    from archsim.pnm.unit_config import load_pnm_config
+    from archsim.pnm.timed.simulate import run_pnm
+    from archsim.pnm.timed.stats import pnm_stats, pnm_summary_rows
+    from archsim.pnm.timed.timeline import pnm_timeline
+    from archsim.pnm.timed.unit_config import load_pnm_config
     from archsim.report.output import table, write_json
     from archsim.report.timeline import parse_window
     from archsim.resources import display_path

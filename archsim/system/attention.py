@@ -6,7 +6,7 @@
   pooldram.py) times the SRAM reload factor; compute time = MACs / (macs_per_cycle x clock) against
   exponentials / exp_per_cycle (separate units, overlapped); time = max of the two + one tile of the smaller
   (the pipeline's fill/drain: the first tile's load and the last tile's compute are not overlapped).
-* timed: the PNM unit's own timing model (archsim.pnm.timing: in-order issue, scoreboard, DMA through the
+* timed: the PNM unit's own timing model (archsim.pnm.timed.timing: in-order issue, scoreboard, DMA through the
   memory's pnm port) runs the attention kernel (isa/kernels/*.s) for one head context at two sample
   contexts; a per-token cost and a fixed cost are fitted and applied to the busiest unit's chunks.
   Imported lazily: when the module or its API is missing the roofline answers and says so.
@@ -15,7 +15,7 @@ SRAM: the kernel keeps the queries, scores, partial record and four K/V tiles (d
 query group in SRAM (isa/kernels/gqa_decode.s `.sram` lines). When the group does not fit, the unit runs
 the group in passes of the largest sub-group that fits and re-reads the KV once per pass. The SRAM hit rate
 is the share of the datapath's KV operand reads served by bytes already in SRAM, 1 - (DRAM bytes brought
-into SRAM) / (KV bytes the datapath reads), counted by the timed unit (archsim.pnm.stats.sram_reuse: one KV
+into SRAM) / (KV bytes the datapath reads), counted by the timed unit (archsim.pnm.timed.stats.sram_reuse: one KV
 element per QK / PV multiply-accumulate); the roofline derives it as 1 - passes / group. MHA decode: ~0,
 GQA: ~1 - 1/group (the reuse factor is the group).
 """
@@ -106,12 +106,12 @@ def _timed_api() -> tuple[object, ...] | str:
     """The timed PNM model's entry points, or why they are unavailable."""
     try:
         from archsim.memory import warm_up
-        from archsim.pnm.address_space import unit_requests
-        from archsim.pnm.shape import parse_shape
-        from archsim.pnm.stats import sram_reuse
-        from archsim.pnm.timing import simulate
-        from archsim.pnm.unit_config import device_layout, load_pnm_config
-        from archsim.pnm.workload import build_workload
+        from archsim.pnm.problem.shape import parse_shape
+        from archsim.pnm.timed.address_space import unit_requests
+        from archsim.pnm.timed.stats import sram_reuse
+        from archsim.pnm.timed.timing import simulate
+        from archsim.pnm.timed.unit_config import device_layout, load_pnm_config
+        from archsim.pnm.timed.workload import build_workload
     except ImportError as exc:  # the timed unit is optional: fall back to the roofline and report it
         return f"timed PNM model unavailable ({exc})"
     return warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload, sram_reuse

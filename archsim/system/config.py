@@ -90,7 +90,7 @@ class GpuConfig:
 class PnmSpec:
     """The pool's PNM units: a PNM config file (configs/pnm/, docs/pnm.md) with the system's overrides."""
 
-    model: str  # auto: the timed unit (archsim.pnm.timing) when importable, else the roofline
+    model: str  # auto: the timed unit (archsim.pnm.timed.timing) when importable, else the roofline
     config_path: str  # the PNM config its other parameters (pipelines, vector unit, DMA, ...) come from
     clock_GHz: float | None  # None: the memory's command clock
     macs_per_cycle: int
@@ -100,7 +100,7 @@ class PnmSpec:
     dma_outstanding_loads: int
 
     def overrides(self) -> list[str]:
-        """The system's values as `--set` overrides of the PNM config (for archsim.pnm.unit_config)."""
+        """The system's values as `--set` overrides of the PNM config (for archsim.pnm.timed.unit_config)."""
         clock = "memory" if self.clock_GHz is None else f"{self.clock_GHz}GHz"
         return [f"pnm.clock={clock}", f"pnm.compute.macs_per_cycle={self.macs_per_cycle}",
                 f"pnm.compute.exp_per_cycle={self.exp_per_cycle}", f"pnm.sram.capacity={self.sram_bytes}",
@@ -454,7 +454,7 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
 
 def _parse_pnm(s: Section, file: str | None) -> PnmSpec:
     """`config:` names the PNM config (default: configs/pnm/default.yaml); the keys beside it override it."""
-    from archsim.pnm.unit_config import load_pnm_config
+    from archsim.pnm.timed.unit_config import load_pnm_config
 
     model = s.choice("model", PNM_MODELS, "auto")
     name = s.str("config", "default")

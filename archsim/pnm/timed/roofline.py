@@ -21,10 +21,10 @@ import numpy as np
 
 from archsim.config.memory import MemoryConfig
 from archsim.memory import replay
-from archsim.pnm.address_space import channel_bit_positions
-from archsim.pnm.memport import MemoryDomain
-from archsim.pnm.unit_config import DeviceLayout, PnmConfig
-from archsim.pnm.workload import UnitWork
+from archsim.pnm.timed.address_space import channel_bit_positions
+from archsim.pnm.timed.memport import MemoryDomain
+from archsim.pnm.timed.unit_config import DeviceLayout, PnmConfig
+from archsim.pnm.timed.workload import UnitWork
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Timing model of the PNM unit: in-order issue with a scoreboard, loads through the memory's pnm port.
 
-Each unit replays the dynamic instruction stream of its functional run (archsim/pnm/workload.py) in
+Each unit replays the dynamic instruction stream of its functional run (archsim/pnm/timed/workload.py) in
 unit clock cycles. An instruction issues, in program order and at most `issue.width` per cycle, once
 
 * its scalar source registers are ready (ALU results after 1 cycle, LDR after the SRAM latency),
@@ -42,10 +42,10 @@ from archsim.config.memory import MemoryConfig
 from archsim.errors import ProgramError
 from archsim.isa.table import IsaTable, load_table
 from archsim.memory import ReplayResult
-from archsim.pnm.address_space import UnitRequests
-from archsim.pnm.memport import MemoryDomain, merge_results
-from archsim.pnm.unit_config import DeviceLayout, PnmConfig
-from archsim.pnm.workload import UnitWork, Workload
+from archsim.pnm.timed.address_space import UnitRequests
+from archsim.pnm.timed.memport import MemoryDomain, merge_results
+from archsim.pnm.timed.unit_config import DeviceLayout, PnmConfig
+from archsim.pnm.timed.workload import UnitWork, Workload
 
 STALL_CAUSES: tuple[str, ...] = ("memory", "dependency", "compute", "host", "barrier")
 MEM, DEP, COMP, HOST, BAR = range(5)
@@ -208,7 +208,7 @@ class UnitTimer:
         self._max_out = pnm.dma.max_outstanding_loads
         self._width = pnm.issue_width
         # (instruction, earliest, issue cycle, stall cause, producer's busy end) per issued instruction, for the
-        # timeline (archsim/pnm/timeline.py); None: not recorded
+        # timeline (archsim/pnm/timed/timeline.py); None: not recorded
         self.record: list[tuple[int, int, int, int, int]] | None = None
         self._dry = False  # a lookahead copy (see next_push_bound)
         self.dry_push = _NEVER

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archsim.errors import ProgramError
 from archsim.isa.assembler import assemble_file
 from archsim.isa.program import Program
-from archsim.pnm.functional import Executor, UnitConfig
-from archsim.pnm.placement import Placement
-from archsim.pnm.trace import ProgramTrace
+from archsim.pnm.machine.functional import Executor, UnitConfig
+from archsim.pnm.machine.lockstep import run_lockstep
+from archsim.pnm.machine.trace import ProgramTrace
+from archsim.pnm.problem.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -83,14 +83,7 @@ def run_decode_attention(placement: Placement, *, units: int = 1, splits: int = 
     programs = [assemble_file(placement.kernel, defines=unit_defines(placement, a)) for a in assignments]
     executors = [Executor(p, dram=placement.dram, host_input=unit_queries(placement, a), config=config,
                           compute=compute) for p, a in zip(programs, assignments, strict=True)]
-    running = list(range(len(executors)))
-    while running:  # every unit runs to its next barrier (or HALT); then all resume together
-        states = {i: (executors[i].run(), executors[i].barrier_id) for i in running}
-        if len(set(states.values())) > 1:
-            seen = ", ".join(f"unit {i}: {state}" + (f" {barrier}" if state == "barrier" else "")
-                             for i, (state, barrier) in states.items())
-            raise ProgramError(f"units disagree at a barrier ({seen})", file=str(placement.kernel))
-        running = [i for i, (state, _) in states.items() if state == "barrier"]
+    run_lockstep(executors, [a.unit for a in assignments], str(placement.kernel))
     output = np.zeros((spec.batch, spec.query_heads, spec.v_dim), dtype=np.float32)
     for assignment, executor in zip(assignments, executors, strict=True):
         if assignment.split:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from archsim.pnm.dtypes import ELEMENT_BYTES
+from archsim.pnm.machine.dtypes import ELEMENT_BYTES
 
 KV_DTYPES = ("fp16", "bf16", "fp8e4m3", "int8")
 IO_DTYPES = ("fp32", "fp16", "bf16")

@@ -9,11 +9,15 @@ only mark their outputs written.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from archsim.pnm import dtypes
-from archsim.pnm.functional import ExecutionError, Executor
+from archsim.pnm.machine import dtypes
+from archsim.pnm.machine.state import ExecutionError
+
+if TYPE_CHECKING:  # the executor imports this module's handlers
+    from archsim.pnm.machine.functional import Executor
 
 _NEG_INF = np.float32(-np.inf)
 

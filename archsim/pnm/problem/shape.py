@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from archsim.errors import ConfigError
-from archsim.pnm.reference import IO_DTYPES, KV_DTYPES, DecodeAttentionSpec
+from archsim.pnm.problem.reference import IO_DTYPES, KV_DTYPES, DecodeAttentionSpec
 
 _INT_KEYS = ("heads", "kv_heads", "head_dim", "v_dim", "context", "batch", "scale_group", "window", "block",
              "tile", "kv_lora_rank", "rope_dim")

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from archsim.isa.table import KERNELS_DIR
-from archsim.pnm import dtypes
-from archsim.pnm.memimage import DramImage
-from archsim.pnm.reference import DecodeAttentionSpec
+from archsim.pnm.machine import dtypes
+from archsim.pnm.machine.memimage import DramImage
+from archsim.pnm.problem.reference import DecodeAttentionSpec
 
 REGION_ALIGN_BYTES = 4096  # DRAM regions start on page boundaries (clean row-buffer behaviour)
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from archsim.dram.address_map import AddressMapping
-from archsim.pnm.trace import ProgramTrace
-from archsim.pnm.unit_config import DeviceLayout
-from archsim.pnm.workload import UnitWork
+from archsim.pnm.machine.trace import ProgramTrace
+from archsim.pnm.timed.unit_config import DeviceLayout
+from archsim.pnm.timed.workload import UnitWork
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ unit gets the same amount of work and every unit of the device is busy whatever 
 Address spaces (pnm.units.address_space):
 * channel_local: the units of a head group share one DRAM image laid out like a single-group problem
   (the default [batch][head][token][dim] layout of that group's heads); each unit addresses the DRAM of
-  its own channel group with these local addresses (archsim/pnm/address_space.py maps them to physical
+  its own channel group with these local addresses (archsim/pnm/timed/address_space.py maps them to physical
   ones). The host places each head group's KV in its units' channels, which is what head-wise sharding
   across PNM units means physically.
 * interleaved: one DRAM image and layout for the whole problem in the device's physical address space;
@@ -24,15 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-from archsim.errors import ConfigError, ProgramError
+from archsim.errors import ConfigError
 from archsim.isa.assembler import assemble_file
 from archsim.isa.program import Program, SramRegion
 from archsim.isa.table import IsaTable
-from archsim.pnm.functional import Executor, UnitConfig
-from archsim.pnm.partition import UnitAssignment, partition_kv_heads, unit_defines
-from archsim.pnm.placement import Placement, place_decode_attention
-from archsim.pnm.shape import Shape
-from archsim.pnm.trace import ProgramTrace, TraceRecorder
+from archsim.pnm.machine.functional import Executor, UnitConfig
+from archsim.pnm.machine.lockstep import run_lockstep
+from archsim.pnm.machine.trace import ProgramTrace, TraceRecorder
+from archsim.pnm.problem.partition import UnitAssignment, partition_kv_heads, unit_defines
+from archsim.pnm.problem.placement import Placement, place_decode_attention
+from archsim.pnm.problem.shape import Shape
 
 OTHER_REGION = "(undeclared)"
 
@@ -172,7 +173,7 @@ def build_workload(shape: Shape, kernel: Path, *, units: int, address_space: str
         domains.append([(a, _executor(kernel, placement, a, extra, config)) for a in assignments])
     works: list[UnitWork] = []
     for d, members in enumerate(domains):
-        _run_lockstep(members, kernel)
+        run_lockstep([ex for _, ex in members], [a.unit for a, _ in members], str(kernel))
         for assignment, ex in members:
             trace = ex.trace()
             works.append(UnitWork(assignment.unit, assignment, ex.program, trace, tuple(ex.recorder.reads),
@@ -188,14 +189,3 @@ def _executor(kernel: Path, placement: Placement, assignment: UnitAssignment, ex
     program = assemble_file(kernel, defines=defines)
     return _TimingExecutor(program, dram=placement.dram, host_input=None, config=config, compute=False)
 
-
-def _run_lockstep(members: list[tuple[UnitAssignment, _TimingExecutor]], kernel: Path) -> None:
-    """Every unit runs to its next barrier (or HALT); then all resume together."""
-    running = list(range(len(members)))
-    while running:
-        states = {i: (members[i][1].run(), members[i][1].barrier_id) for i in running}
-        if len(set(states.values())) > 1:
-            seen = ", ".join(f"unit {members[i][0].unit}: {state}" + (f" {b}" if state == "barrier" else "")
-                             for i, (state, b) in states.items())
-            raise ProgramError(f"units disagree at a barrier ({seen})", file=str(kernel))
-        running = [i for i, (state, _) in states.items() if state == "barrier"]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from archsim.pnm.timing import (
+from archsim.pnm.timed.timing import (
     _COMPUTED,
     COMP,
     COMPUTE,

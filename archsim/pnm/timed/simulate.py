@@ -10,12 +10,12 @@ from pathlib import Path
 from archsim.config.memory import MemoryConfig
 from archsim.errors import ConfigError, TraceError
 from archsim.isa.table import load_table
-from archsim.pnm.address_space import UnitRequests, unit_requests
-from archsim.pnm.roofline import Roofline, roofline
-from archsim.pnm.shape import Shape, parse_shape
-from archsim.pnm.timing import TimingRun, simulate
-from archsim.pnm.unit_config import DeviceLayout, PnmConfig, device_layout
-from archsim.pnm.workload import Workload, build_workload
+from archsim.pnm.problem.shape import Shape, parse_shape
+from archsim.pnm.timed.address_space import UnitRequests, unit_requests
+from archsim.pnm.timed.roofline import Roofline, roofline
+from archsim.pnm.timed.timing import TimingRun, simulate
+from archsim.pnm.timed.unit_config import DeviceLayout, PnmConfig, device_layout
+from archsim.pnm.timed.workload import Workload, build_workload
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: P
 
     `units` restricts the run to the first `units` of the device's units (channel groups); the default
     is all of them. `progress` shows a bar of the timed units' instructions (a terminal only, after 2 s);
-    `record` keeps what a timeline of the run needs (archsim/pnm/timeline.py), `record_dram` the memory's command
+    `record` keeps what a timeline of the run needs (archsim/pnm/timed/timeline.py), `record_dram` the memory's command
     log for it too.
     """
     kernel = Path(kernel)

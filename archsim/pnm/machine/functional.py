@@ -6,15 +6,15 @@ host port streams, and a (shared) sparse DRAM image. Every executed instruction 
 row to the run's `ProgramTrace`: its pc, per-instruction op counts (MACs, exps, SRAM/DRAM/host
 bytes) and the DRAM accesses it made, in program order. That is what a timing model replays.
 
-Semantics of each opcode are in archsim/pnm/semantics.py (control, scalar, DMA, host) and
-archsim/pnm/compute_ops.py (attention arithmetic); the opcode table itself is isa/opcodes.yaml.
+Semantics of each opcode are in archsim/pnm/machine/semantics.py (control, scalar, DMA, host) and
+archsim/pnm/machine/compute_ops.py (attention arithmetic); the records they share with the executor are in
+archsim/pnm/machine/state.py; the opcode table itself is isa/opcodes.yaml.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,50 +22,13 @@ from archsim.errors import ProgramError
 from archsim.isa.disasm import format_instruction
 from archsim.isa.program import Program
 from archsim.isa.table import IsaTable, load_table
-from archsim.pnm.memimage import DramImage, MemoryAccessError, Scratchpad
-from archsim.pnm.trace import ProgramTrace, TraceRecorder
+from archsim.pnm.machine.memimage import DramImage, MemoryAccessError, Scratchpad
+from archsim.pnm.machine.semantics import HANDLERS
+from archsim.pnm.machine.state import DatapathConfig, ExecutionError, Transfer, UnitConfig
+from archsim.pnm.machine.trace import ProgramTrace, TraceRecorder
 
-KIB = 1024
-
-
-@dataclass(frozen=True)
-class UnitConfig:
-    """Resources of one PNM unit as the functional model sees them."""
-
-    sram_size_bytes: int = 512 * KIB
-    dram_capacity_bytes: int = 16 * KIB**3
-    max_instructions: int = 20_000_000  # guard against runaway loops in a broken program
-
-
-@dataclass
-class DatapathConfig:
-    """Configuration registers; the values below are the reset state."""
-
-    qk_dim: int = 0  # 0 = CFG.SHAPE not executed yet
-    v_dim: int = 0
-    v_pitch: int = 0
-    group: int = 0
-    kv_dtype: str = "fp16"
-    scale_group: int = 0
-    io_dtype: str = "fp32"
-    softmax_scale: np.float32 = field(default_factory=lambda: np.float32(1.0))
-    window_tokens: int = 0
-    block_tokens: int = 0  # 0 = CFG.PAGE not executed yet
-
-
-@dataclass
-class Transfer:
-    """An outstanding DMA transfer and the SRAM / DRAM ranges it still owns."""
-
-    is_load: bool
-    sram_lo: int
-    sram_hi: int
-    dram_lo: int = 0
-    dram_hi: int = 0
-
-
-class ExecutionError(Exception):
-    """Raised by semantics; the executor turns it into a ProgramError at the instruction."""
+__all__ = ["DatapathConfig", "ExecutionError", "Executor", "Transfer", "UnitConfig", "check_program",
+           "run_program", "trace_program"]
 
 
 class Executor:
@@ -74,8 +37,6 @@ class Executor:
     def __init__(self, program: Program, *, dram: DramImage, host_input: np.ndarray | None = None,
                  config: UnitConfig | None = None, compute: bool = True,
                  table: IsaTable | None = None) -> None:
-        from archsim.pnm.semantics import HANDLERS  # semantics import this module's types
-
         self.program = program
         self.table = table or load_table()
         self.config = config or UnitConfig()

@@ -7,12 +7,16 @@ mnemonic of isa/opcodes.yaml to its handler (a test checks none is missing).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from archsim.pnm import dtypes
-from archsim.pnm.compute_ops import COMPUTE_HANDLERS
-from archsim.pnm.functional import ExecutionError, Executor, Transfer
+from archsim.pnm.machine import dtypes
+from archsim.pnm.machine.compute_ops import COMPUTE_HANDLERS
+from archsim.pnm.machine.state import ExecutionError, Transfer
+
+if TYPE_CHECKING:  # the executor imports this module's handlers
+    from archsim.pnm.machine.functional import Executor
 
 _INT64 = 1 << 64
 

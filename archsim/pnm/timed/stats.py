@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from archsim.isa.table import load_table
-from archsim.pnm.simulate import PnmRun
-from archsim.pnm.timing import EXEC_UNITS, STALL_CAUSES
+from archsim.pnm.timed.simulate import PnmRun
+from archsim.pnm.timed.timing import EXEC_UNITS, STALL_CAUSES
 from archsim.report.memory_stats import memory_stats
 
 PNM_STAT_DOCS: dict[str, tuple[str, str]] = {
@@ -116,7 +116,7 @@ def sram_reuse(works: Any, kv_dtype: str) -> tuple[int, float, float]:
     """KV reuse in the scratchpad counted over executed instructions: (KV bytes the datapath read, hit rate,
     reuse factor). Every QK / PV multiply-accumulate reads one KV element from SRAM; every byte there came in
     by a DMA load (pnm.bytes_loaded), so hit rate = 1 - loaded / read and reuse = read / loaded."""
-    from archsim.pnm.dtypes import ELEMENT_BYTES
+    from archsim.pnm.machine.dtypes import ELEMENT_BYTES
 
     macs = sum(w.trace.totals()["macs"] for w in works)
     loaded = sum(w.trace.totals()["dram_read_bytes"] for w in works)
