@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _pytest.mark.structures import ParameterSet
 
 from archsim.config.memory import MemoryConfig, memory_config_from_preset
 from archsim.memory import ReplayResult, Requests, replay
@@ -31,3 +33,17 @@ def dramsim3_ini() -> Path:
     if not DRAMSIM3_INI.exists():
         pytest.fail(f"reference config missing: {DRAMSIM3_INI}")
     return DRAMSIM3_INI
+
+
+def tiered(values: Sequence, fast: int) -> list:
+    """Parameters of a large matrix: the first `fast` run in every tier, the others carry the slow mark, so
+    `pytest -m "not slow"` checks each rule on a few cases and the full run (CI) on all of them."""
+    out = []
+    for i, value in enumerate(values):
+        if i < fast:
+            out.append(value)
+        elif isinstance(value, ParameterSet):
+            out.append(pytest.param(*value.values, marks=(*value.marks, pytest.mark.slow), id=value.id))
+        else:
+            out.append(pytest.param(value, marks=pytest.mark.slow))
+    return out

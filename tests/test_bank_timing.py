@@ -10,6 +10,7 @@ from archsim.controller import bank_timing
 from archsim.controller.codes import ACT, FAW_ACTS, NCMD
 from archsim.dram.commands import COMMAND_NAMES
 from archsim.dram.timing_table import N_LEVELS, RULES, compile_timing_table
+from tests.conftest import tiered
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +32,7 @@ def _dense_update(gap, cmd, t, rows, rf, ranks, pc):
     return nxt_bank, nxt_bg, nxt_rank, nxt_pc
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", tiered(PRESETS, 1))
 @pytest.mark.parametrize("cmd", range(NCMD), ids=COMMAND_NAMES)
 def test_the_generated_update_raises_exactly_the_cells_with_a_rule(preset, cmd):
     gap = compile_timing_table(memory_config_from_preset(preset).timing)

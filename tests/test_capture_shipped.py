@@ -61,6 +61,7 @@ def test_shipped_trace_matches_the_generator(path: Path) -> None:
     assert summary["steps"] == len(generated.steps) and summary["records"] == len(cols["step"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_trace_maps_onto_a_pool(path: Path) -> None:
     with LogicalTrace(path) as trace:

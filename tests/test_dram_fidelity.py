@@ -48,6 +48,7 @@ def test_sequential_reads_reach_90_percent_of_peak_without_refresh(preset):
     assert bandwidth >= 0.90 * peak_bandwidth_GBps(cfg.organization, cfg.timing)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", PRESETS)
 def test_refresh_costs_about_trfc_over_trefi(preset):
     n = 400_000

@@ -8,7 +8,7 @@ import pytest
 
 from archsim.controller.kernel import KernelVariant
 from archsim.memory import MemorySession, Requests, kernel_params, kernel_variant, mask_words, replay
-from tests.conftest import PRESETS, config
+from tests.conftest import PRESETS, config, tiered
 
 pytestmark = pytest.mark.component
 
@@ -49,7 +49,7 @@ def _mixed_stream(cfg, n=2500, seed=11):
     return Requests.build(np.cumsum(gaps), address, (rng.random(n) < 0.3).astype(np.uint8), source)
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", tiered(PRESETS, 1))
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: ",".join(s.split(".")[-1] for s in v) or "default")
 def test_event_driven_equals_every_cycle(preset, variant):
     cfg = config(preset, *variant)

@@ -57,6 +57,7 @@ def test_the_rewrite_casts_computed_indices_only():
     assert "uint64" not in _gather.__code__.co_names
 
 
+@pytest.mark.slow
 def test_compiled_with_lowered_indexing_it_computes_the_same():
     table = np.arange(40, dtype=np.int64).reshape(10, 4)
     rows = np.array([0, 3, 7, 8], dtype=np.int64)

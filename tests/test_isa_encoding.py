@@ -89,6 +89,7 @@ plain_instruction = st.sampled_from(NON_LOOP_OPS).flatmap(
     lambda op: operand_values(op).map(lambda values: Instruction(op.mnemonic, values)))
 
 
+@pytest.mark.slow
 @given(st.sampled_from(TABLE.opcodes).flatmap(
     lambda op: operand_values(op).map(lambda values: Instruction(op.mnemonic, values))))
 @settings(max_examples=400, deadline=None)

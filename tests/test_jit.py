@@ -25,6 +25,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_the_cpu_target_starts_without_the_scipy_probe_and_scipy_stays_importable():
     pytest.importorskip("scipy.linalg")
     done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)

@@ -15,6 +15,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.component
 
 
+@pytest.mark.slow
 def test_a_replay_prepares_only_its_own_variant_and_reports_how():
     """Before, every process compiled the HBM2 preset's variant first, whatever it ran."""
     code = ("import json, numpy as np\n"

@@ -18,7 +18,7 @@ from archsim import outputs as outputs_module
 from archsim.cli import main
 from archsim.errors import ArchsimError
 from archsim.outputs import OutputPlan
-from tests.conftest import DRAMSIM3_INI, REPO
+from tests.conftest import DRAMSIM3_INI, REPO, tiered
 
 pytestmark = pytest.mark.system
 
@@ -136,7 +136,7 @@ def test_every_command_with_a_file_output_is_listed() -> None:
     assert found == listed
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=IDS)
+@pytest.mark.parametrize("command", tiered(COMMANDS, 3), ids=IDS)
 def test_success_writes_mode_0644_and_no_temp_files(tmp_path: Path, command: Command) -> None:
     _inputs(tmp_path)
     before = set(os.listdir(tmp_path))
@@ -151,7 +151,8 @@ def test_success_writes_mode_0644_and_no_temp_files(tmp_path: Path, command: Com
     assert set(os.listdir(tmp_path)) - before == {out.name}  # no temp or probe file left beside it
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c.input], ids=[c.name for c in COMMANDS if c.input])
+@pytest.mark.parametrize("command", tiered([c for c in COMMANDS if c.input], 3),
+                         ids=[c.name for c in COMMANDS if c.input])
 @pytest.mark.parametrize("link", ["same", "symlink", "hardlink", "dotted"])
 def test_an_input_given_as_the_output_is_refused(tmp_path: Path, command: Command, link: str) -> None:
     _inputs(tmp_path)
@@ -166,7 +167,7 @@ def test_an_input_given_as_the_output_is_refused(tmp_path: Path, command: Comman
     assert _files(tmp_path) == before
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=IDS)
+@pytest.mark.parametrize("command", tiered(COMMANDS, 3), ids=IDS)
 @pytest.mark.parametrize("where", ["proc", "directory", "under-a-file", "device", "empty"])
 def test_an_unwritable_output_is_one_line_and_exit_2(tmp_path: Path, command: Command, where: str) -> None:
     _inputs(tmp_path)
@@ -177,7 +178,7 @@ def test_an_unwritable_output_is_one_line_and_exit_2(tmp_path: Path, command: Co
     assert _files(tmp_path) == before
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=IDS)
+@pytest.mark.parametrize("command", tiered(COMMANDS, 3), ids=IDS)
 def test_ctrl_c_while_writing_leaves_the_old_output_and_nothing_else(tmp_path: Path, command: Command,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     _inputs(tmp_path)

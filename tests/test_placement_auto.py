@@ -96,6 +96,7 @@ def test_a_long_prompt_pays_for_its_prefix_attention_in_the_pool_and_a_short_one
     assert placer.side_ns(True, 1, 4096) > placer.side_ns(False, 1, 4096)
 
 
+@pytest.mark.slow
 def test_auto_uses_both_homes_and_serves_the_mix_no_slower_than_the_best_fixed_placement():
     scenario = load_scenario(SCENARIO)
     source = requests_source(scenario, 64, None, 0)
@@ -112,6 +113,7 @@ def test_auto_uses_both_homes_and_serves_the_mix_no_slower_than_the_best_fixed_p
     assert "placement" not in runs["pool"].metrics          # fixed placements report as before
 
 
+@pytest.mark.slow
 def test_a_replan_moves_kv_when_it_pays_and_charges_the_move_on_the_link():
     scenario = load_scenario(SCENARIO, ["scenario.output.value=2048"])
     system = load_system_config("g25", ["system.kv.placement=auto", "system.kv.replan_tokens=128"])

@@ -128,6 +128,7 @@ def test_closed_form_pieces():
     assert overlapped_layer(5.0, 3.0, 2) == (10.0, 3.0)
 
 
+@pytest.mark.slow
 def test_validation_30_points_agree():
     """30 points (2 systems x 5 contexts x 3 batches): the planner picks the simulated best almost everywhere
     and its regret stays small."""
@@ -169,6 +170,7 @@ def test_cli_validate_json(tmp_path):
     assert {p["link_scale"] for p in v["points"]} == {0.5, 2.0}
 
 
+@pytest.mark.slow
 def test_decision_maps(tmp_path):
     """400 points per panel from predictions only, well inside the 30 s budget; the maps show both
     placements and HBM losing at long contexts."""

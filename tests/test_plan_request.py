@@ -31,6 +31,7 @@ def planned(tmp_path_factory):
     return json.loads(out.read_text()), out.parent
 
 
+@pytest.mark.slow
 def test_candidates_ranked_by_prediction_with_their_served_end_to_end(planned):
     tree, _ = planned
     assert tree["objective"] == "request_e2e" and tree["scenario"] == "multiturn"
@@ -45,6 +46,7 @@ def test_candidates_ranked_by_prediction_with_their_served_end_to_end(planned):
     assert tree["agreement"]["g25"] == (best is rows[0])
 
 
+@pytest.mark.slow
 def test_the_pnm_candidate_is_served_as_the_system_itself(planned):
     tree, d = planned
     out = d / "serve.json"
@@ -55,6 +57,7 @@ def test_the_pnm_candidate_is_served_as_the_system_itself(planned):
     assert pnm["simulated"]["request_e2e_p50_ns"] == pytest.approx(served["e2e_ms"]["p50"] * 1e6, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_the_batch_is_littles_law_at_the_scenarios_rate(planned):
     tree, _ = planned
     for r in tree["candidates"]:

@@ -125,6 +125,7 @@ def test_an_all_infeasible_run_says_so_in_the_figure_without_a_warning():
     plt.close(fig)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".png", ".svg"])
 def test_plot_writes_the_same_bytes_twice(tmp_path, suffix):
     paths = [tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"]

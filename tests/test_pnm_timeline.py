@@ -116,6 +116,7 @@ def test_a_window_and_an_instruction_bound_keep_less_and_count_the_rest(tmp_path
     assert len(units) < len([e for e in tree["traceEvents"] if e["ph"] == "X"])
 
 
+@pytest.mark.slow
 def test_a_bounded_timeline_draws_every_command_the_memory_issued(whole, tmp_path):
     assert "not drawn" in whole[0]["metadata"]["dram"]  # unbounded: the units only (a run's commands are millions)
     tree, stats = _run(tmp_path, "dram", "--timeline-window", "0:1s")

@@ -58,6 +58,7 @@ def _cycles(memory, pnm_cfg, shape, units, **compute):
 
 
 # ---------------------------------------------------------------- the numbers of issue 3
+@pytest.mark.slow
 def test_long_context_decode_is_within_10_percent_of_the_roofline(long_decode):
     run, stats = long_decode
     p = stats["pnm"]
@@ -146,6 +147,7 @@ def test_late_bound_domain_matches_an_open_loop_replay(memory):
         assert domain.completion(unit, 0, 300) is not None
 
 
+@pytest.mark.slow
 def test_channel_local_addresses_stay_in_their_channel_group(memory):
     local = np.arange(0, 1 << 24, 32, dtype=np.uint64)
     for per_unit in (1, 2, 4):

@@ -49,6 +49,7 @@ def page(inputs, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_the_report_is_self_contained_with_an_svg_per_plot(page):
     text = page.read_text()
     assert not re.search(r"https?://", text)
@@ -68,12 +69,14 @@ def test_the_report_is_self_contained_with_an_svg_per_plot(page):
     assert all(a[1] <= b[0] for a, b in zip(ys, ys[1:], strict=False))  # stacked, no overlap
 
 
+@pytest.mark.slow
 def test_the_same_inputs_give_the_same_page(inputs, page, tmp_path):
     again = tmp_path / "again.html"
     assert _run("report", *inputs, "-o", str(again)).exit_code == 0
     assert again.read_bytes() == page.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_directory_input_reads_its_json_files(inputs, tmp_path):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -120,6 +123,7 @@ def more_inputs(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 def test_plan_gpu_and_sweep_inputs_draw_their_values(more_inputs, tmp_path):
     from archsim.gpu.figure import gpu_figure
     from archsim.plan.figure import plan_figure
@@ -168,10 +172,12 @@ def _chromium() -> str | None:
     return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser")) if p), None)
 
 
+@pytest.mark.slow
 def test_every_plot_is_drawn_in_headless_chromium(page, tmp_path):
     _drawn_in_chromium(page, tmp_path)
 
 
+@pytest.mark.slow
 def test_plan_gpu_sweep_and_load_plots_are_drawn_in_headless_chromium(more_inputs, tmp_path):
     d = more_inputs
     load = d / "load.json"

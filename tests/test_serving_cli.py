@@ -92,6 +92,7 @@ def test_a_bad_scenario_is_one_line_naming_file_and_key(tmp_path, change, words)
         assert word in line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("bad", "words"), [
     ("{not json", ["line 2"]),
     (json.dumps({"timestamp": 5, "input_length": 0, "output_length": 3, "hash_ids": [0]}), ["line 2", "input_length"]),

@@ -51,6 +51,7 @@ def _off_grid(table, mixes, count: int):
     return picked[::step][:count]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "overrides"), [("g25", []), ("g25-nopnm", ["system.kv.decode=stream"])])
 def test_interpolated_iterations_match_the_step_model(name, overrides):
     system, workload, table, mixes = _run(name, overrides, 400)

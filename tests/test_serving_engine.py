@@ -24,6 +24,7 @@ def _ttft(res):
     return res.first_token_ns - res.arrival_ns
 
 
+@pytest.mark.slow
 def test_littles_law_holds_on_the_engines_own_in_flight_counter():
     reqs = sessions(150, 3, 2.0, 500, 100, 120, 2e9, seed=3)
     res = simulate(reqs, spec(instances=2, router="least_loaded", lower="host_dram", hbm_tokens=30_000), COST)
@@ -142,6 +143,7 @@ def _groups(arrival_ns, seed=3, groups=12, prompt=2000):
 LINKS_GBPS = (1.0, 2.0, 4.0, 8.0, 16.0, 64.0)
 
 
+@pytest.mark.slow
 def test_a_faster_link_never_raises_any_requests_ttft():
     # one request at a time (0.01x saturation): TTFT = load or recompute, whichever the engine found faster;
     # across the link speeds the choice flips from recompute to load, and no request gets slower
@@ -159,6 +161,7 @@ def test_a_faster_link_never_raises_any_requests_ttft():
     assert ttft[-1].mean() < 0.5 * ttft[0].mean()
 
 
+@pytest.mark.slow
 def test_a_faster_link_lowers_ttft_under_load():
     # with overlapping requests a load that lands sooner can put a prefill into the iteration another request
     # waits on, so single requests may wait longer (continuous batching does that); the distribution improves
@@ -291,6 +294,7 @@ def test_two_loads_that_start_together_share_the_link():
     assert loads[1] == pytest.approx(latency_ns + (small + large) / link_GBps, rel=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("home", ["hbm", "pool"])
 def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
     reqs = poisson(200, 8.0, 1200, 60, seed=37)
@@ -313,6 +317,7 @@ def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
         simulate(reqs, spec(instances=2, disaggregated=True, prefill_instances=1), COST)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", ["hbm", "pool", "swap", "disaggregated"])
 def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
     reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)

@@ -324,6 +324,7 @@ class _ReferenceCache:
                 self.order[t].append(k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("short", [kvcache._SHORT, 0], ids=["blockwise", "tierwise"])  # both lookup paths
 @pytest.mark.parametrize("caps, demote", [([3, 5, 8], True), ([4, UNBOUNDED], True), ([2, 6, 6], False)])
 def test_random_operations_match_the_reference_semantics(caps, demote, short, monkeypatch):

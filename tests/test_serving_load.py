@@ -36,6 +36,7 @@ def swept(tmp_path_factory) -> tuple[dict, Path]:
     return json.loads((out / "load.json").read_text()), out
 
 
+@pytest.mark.slow
 def test_every_entry_equals_a_plain_serve_at_its_rate(swept, tmp_path):
     tree, _ = swept
     assert tree["rates_per_s"] == [2.0, 16.0]

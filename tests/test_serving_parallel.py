@@ -32,6 +32,7 @@ def _serve(tmp_path: Path, jobs: int, name: str) -> bytes:
     return out.read_bytes()
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_serial_json_byte_for_byte(tmp_path):
     serial = _serve(tmp_path, 1, "serial")
     forked = _serve(tmp_path, 2, "forked")
@@ -76,6 +77,7 @@ def test_archsim_errors_pickle_with_their_location():
         assert (again.file, again.where, again.detail) == (error.file, error.where, error.detail)
 
 
+@pytest.mark.slow
 def test_kernel_systems_go_first_when_cached_and_around_the_others_when_they_compile():
     systems = load_system_configs(["gpu-hbm", "g25", "nvme", "g15", "g25-nopnm"], [])
     assert [parallel.uses_memory_kernel(s) for s in systems] == [False, True, False, True, False]

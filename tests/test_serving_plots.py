@@ -51,6 +51,7 @@ def _overlaps(a, b) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
 
+@pytest.mark.slow
 def test_cdfs_are_the_measured_requests_latencies(served):
     runs, entries = served
     fig = _figure(runs, entries)

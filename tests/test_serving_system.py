@@ -92,6 +92,7 @@ def _saturation_rate_per_s(spec, cost, prompt: int, output: int) -> float:
 
 # -- Little's law, tokens, bytes -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", ["g25", "gpu-hbm"])
 def test_littles_law_on_the_engines_in_flight_counter(system):
     _, _, _, res = _serve(system, "multiturn", 300)
@@ -105,6 +106,7 @@ def test_littles_law_on_the_engines_in_flight_counter(system):
     assert in_flight == pytest.approx(throughput * _e2e(res).mean(), rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("system", "system_set"), [
     ("g25", ()), ("gpu-hbm", ()),
     # an HBM budget of about 24 GB: turns' histories leave HBM and come back from host DRAM over PCIe
@@ -210,6 +212,7 @@ def _tokens_by(res, t_ns: float) -> float:
     return float(np.where(t_ns >= first, 1 + (out - 1) * frac, 0.0).sum())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("system", "system_set", "prompt", "output", "bound"), [
     # 256-token prompts with 4,800-token answers: the sequence limit (256) binds, their KV just fits HBM
     ("gpu-hbm", (), 256, 4800, "seqs"),
@@ -252,6 +255,7 @@ def _faster_links(system: str, base: tuple[str, ...], fast: tuple[str, ...]) -> 
     assert all(f.link_GBps > 2 * s.link_GBps for f, s in zip(fast_spec.tiers[1:], slow_spec.tiers[1:], strict=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("system", "base", "fast", "scenario", "scenario_set", "n"), [
     # G2.5: 15K-token prompts whose KV the prefill writes into the pool
     ("g25", (), G25_FAST, "fixed-input", ["scenario.arrivals={process: poisson, rate_per_s: 0.015, source: test}"],
@@ -295,6 +299,7 @@ def test_a_faster_fabric_lowers_the_ttft_distribution_under_load():
 
 # -- KV room, rejections -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("system", ["gpu-hbm", "g25"])
 def test_the_running_batch_never_holds_more_kv_than_its_tier(system):
     # reasoning answers outgrow the room admission saw: sequences are preempted and still all finish. The
@@ -315,6 +320,7 @@ def test_the_running_batch_never_holds_more_kv_than_its_tier(system):
     assert res.tokens_emitted == int(table.output_tokens.sum())
 
 
+@pytest.mark.slow
 def test_requests_beyond_the_context_or_the_kv_room_are_rejected_and_counted():
     # HBM of about 32 GB holds 97K tokens of KV; the model's context is 131,072 tokens
     system_set = ("system.gpus.memory_utilization=0.27",)
@@ -338,6 +344,7 @@ def test_requests_beyond_the_context_or_the_kv_room_are_rejected_and_counted():
 
 # -- the Mooncake sample's hit rate --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_mooncake_hit_rate_is_the_infinite_cache_bound_and_falls_with_capacity():
     # spread arrivals (time_scale 50) so no request looks up a prefix another one is still computing (a block
     # whose KV is still being computed is no hit: at the recorded times the unbounded rate is 0.047, not 0.051)

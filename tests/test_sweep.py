@@ -117,6 +117,7 @@ def test_bad_spec_is_one_line_naming_the_file_and_key(tmp_path, edit, where, wor
 
 # -- results and the store -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_points_csv_holds_the_commands_own_results(tmp_path):
     result = _sweep(_spec(tmp_path).as_posix(), "--workers", "1", "--out", str(tmp_path / "out"))
     assert result.exit_code == 0, result.output
@@ -135,6 +136,7 @@ def test_points_csv_holds_the_commands_own_results(tmp_path):
     assert row["gpu-hbm.16384.status"] == "ok"
 
 
+@pytest.mark.slow
 def test_resume_refusals_and_reuse(tmp_path):
     out = tmp_path / "out"
     path = _spec(tmp_path)
@@ -239,6 +241,7 @@ def _search(method: str, count: int, objectives: list[dict]):
     return edit
 
 
+@pytest.mark.slow
 def test_tpe_search_is_reproducible_and_resumes_from_the_store(tmp_path):
     objectives = [{"key": "decode_step_ns", "goal": "minimize", "select": {}}]
     path = _spec(tmp_path, _search("tpe", 8, objectives))
@@ -251,6 +254,7 @@ def test_tpe_search_is_reproducible_and_resumes_from_the_store(tmp_path):
     assert result.exit_code == 0 and "(0 computed now" in result.output, result.output
 
 
+@pytest.mark.slow
 def test_nsga2_writes_the_pareto_front(tmp_path):
     objectives = [{"key": "decode_step_ns", "goal": "minimize"}, {"key": "tokens_per_s", "goal": "maximize"}]
     path = _spec(tmp_path, _search("nsga2", 12, objectives))
@@ -306,6 +310,7 @@ def test_simulate_set_takes_workload_keys(tmp_path):
     assert "--set: 'scenario.x=1': a --set key starts with system. or workload." in line
 
 
+@pytest.mark.slow
 def test_sensitivity_plots_per_axis_from_the_store(tmp_path):
     out = tmp_path / "out"
     assert _sweep(str(_spec(tmp_path)), "--workers", "1", "--out", str(out)).exit_code == 0
@@ -333,6 +338,7 @@ def test_sensitivity_plots_per_axis_from_the_store(tmp_path):
 
 # -- serve points ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_serve_points_with_seed_replicas_match_the_serve_command(tmp_path):
     spec = {"sweep": {"name": "serve", "command": "serve",
                       "inputs": {"systems": ["gpu-hbm"], "scenario": "multiturn", "requests": 50},
@@ -359,6 +365,7 @@ def test_serve_points_with_seed_replicas_match_the_serve_command(tmp_path):
     assert rows[0]["gpu-hbm.ttft_ms.p99"] != rows[1]["gpu-hbm.ttft_ms.p99"]  # replicas differ by seed
 
 
+@pytest.mark.slow
 def test_timeout_and_memory_cap_fail_a_point_and_the_sweep_goes_on(tmp_path):
     from archsim.sweep.runner import run_point
 

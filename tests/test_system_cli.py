@@ -48,6 +48,7 @@ def _system_file(tmp_path, name: str = "g25", edit=None) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_compare_writes_the_contract_deterministically_and_a_plot(tmp_path):
     outs = []
     for i in range(2):

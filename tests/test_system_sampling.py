@@ -45,6 +45,7 @@ def _system(pnm: bool, full: bool, window: int = 65536):
     return system_config_from_mapping(tree)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pnm", [True, False], ids=["pnm-stream", "host-fetch"])
 def test_sampled_run_is_within_3_percent_of_the_full_simulation(pnm):
     full = simulate_step(_system(pnm, True), MEDIUM, 1000)
@@ -149,6 +150,7 @@ def test_llama2_class_kv_at_128k_uses_every_channel_of_the_pool_evenly():
         assert len(np.unique(everything)) == len(everything)
 
 
+@pytest.mark.slow
 def test_every_channel_stream_together_reads_each_kv_byte_once():
     # 5 sequences x 32 heads = 160 head contexts over 48 channels: ranges straddle head contexts
     cfg = memory_config_from_preset("HBM3", extra=CH_TOP)

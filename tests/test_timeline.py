@@ -65,6 +65,7 @@ def test_a_replay_timeline_is_valid_and_holds_the_logs_commands_in_the_window(tm
     assert counters == {"requests in flight", "bandwidth GB/s"}
 
 
+@pytest.mark.slow
 def test_the_bandwidth_counter_adds_up_to_the_requests_done_in_the_window(replayed):
     tree = json.loads(_text(tl.replay_timeline(replayed, tl.Window())))
     bins = [e for e in tree["traceEvents"] if e["ph"] == "C" and e["name"] == "bandwidth GB/s"]
@@ -123,6 +124,7 @@ def test_a_serve_timeline_draws_each_requests_life(tmp_path):
     assert tree["metadata"]["not_in_timeline"] == ["KV writes away from the GPUs (counted in bytes, not timed)"]
 
 
+@pytest.mark.slow
 def test_a_serve_timeline_draws_every_iteration_and_every_timed_transfer(tmp_path):
     out, res = tmp_path / "s.json", tmp_path / "s-result.json"
     _run("serve", "host-dram", "--scenario", "shared-prefix", "--requests", "300", "--quiet", "--timeline", str(out),

@@ -28,7 +28,7 @@ the event-by-event run bit for bit.
 Per-request state is numpy arrays indexed by request id; ties between events at one instant are broken by
 kind (transfers land, then iterations end, then arrivals) and then by id, so a run is deterministic.
 
-Why one module of about 950 lines: the event handlers share some forty per-request and per-instance arrays
+Why one module of about 1,070 lines: the event handlers share some forty per-request and per-instance arrays
 and call one another within one event (an iteration's end completes requests, frees blocks, admits, starts
 loads and the next iteration); split over modules they would pass the engine itself around. What stands
 alone is in its own module: the prefix cache (kvcache.py), the links (transfers.py), the iteration cost

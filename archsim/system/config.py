@@ -25,6 +25,10 @@ File layout (top-level key `system`; docs/systems.md describes every key and cit
       energy: default
 
 Unknown keys, missing keys, bad units and inconsistent values are ConfigErrors naming the dotted path.
+
+Why one module of about 500 lines: the records of a system and one parser per section of its file, which check
+one another's values (KV endpoints against the interconnect, the placement against the tiers) while the tree
+is read; the KV tiers and serving keys (serving_config.py) and QoS (qos.py) stand alone in their own modules.
 """
 
 from __future__ import annotations
