@@ -97,12 +97,16 @@ def test_a_long_prompt_pays_for_its_prefix_attention_in_the_pool_and_a_short_one
 
 
 @pytest.mark.slow
-def test_auto_uses_both_homes_and_serves_the_mix_no_slower_than_the_best_fixed_placement():
-    scenario = load_scenario(SCENARIO)
+@pytest.mark.parametrize("name", ["g25", "g15"])
+@pytest.mark.parametrize("scenario_name", [SCENARIO, "shared-prefix", "mooncake-sample"])
+def test_auto_uses_both_homes_and_serves_the_mix_no_slower_than_the_best_fixed_placement(name, scenario_name):
+    """On G1.5 too: its all-reduces' slowdown by the pool traffic shrinks with a prefill chunk's larger ring, and a
+    pool sequence reads its prefix where the pool holds it (written through by HBM sequences)."""
+    scenario = load_scenario(scenario_name)
     source = requests_source(scenario, 64, None, 0)
     p50, runs = {}, {}
     for placement in ("hbm", "pool", "auto"):
-        system = load_system_config("g25", [f"system.kv.placement={placement}", f"system.name=g25-{placement}"])
+        system = load_system_config(name, [f"system.kv.placement={placement}", f"system.name={name}-{placement}"])
         run = runs[placement] = run_system(system, scenario, source, warmup=0)
         assert run.status == "ok" and run.metrics is not None
         p50[placement] = run.metrics["e2e_ms"]["p50"]

@@ -380,3 +380,15 @@ def test_random_operations_match_the_reference_semantics(caps, demote, short, mo
             assert lru_order(c, s) == ref.order[s], (step, s)
             assert c.tiers[s]._pins == ref.pins[s], (step, s)
             assert c.tiers[s].counters.evictions == ref.evictions[s] and c.tiers[s].counters.drops == ref.drops[s]
+
+
+@pytest.mark.parametrize("blocks", [3, 40])  # both lookup paths (block by block, tier by tier)
+def test_a_lookup_from_a_lower_tier_reads_its_copies_and_leaves_the_faster_tiers_alone(blocks):
+    keys = K(*range(1, blocks + 1))
+    c = TieredPrefixCache([UNBOUNDED, UNBOUNDED], ["hbm", "pool"], bytes_per_block=1000)
+    assert c.insert(keys, 1) and c.promote(keys[:2], 0)  # an HBM sequence's prefix, written through to the pool
+    assert c.lookup(keys, record=False).tolist() == [0, 0] + [1] * (blocks - 2)
+    before = counters(c, 0)
+    assert c.lookup(keys, first_tier=1).tolist() == [1] * blocks  # a pool sequence reads all of it in the pool
+    assert counters(c, 0) == before and counters(c, 1)["hits"] == blocks
+    assert c.lookup(K(0, *range(1, blocks + 1)), first_tier=1).tolist() == [MISS] * (blocks + 1)

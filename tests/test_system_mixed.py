@@ -9,7 +9,7 @@ import pytest
 
 from archsim.system.config import load_system_config
 from archsim.system.decode import simulate_step
-from archsim.system.mixed import decode_terms, mixed_step
+from archsim.system.mixed import decode_terms, mixed_step, ring_stretch
 from archsim.system.workload import load_workload
 
 pytestmark = pytest.mark.system
@@ -61,3 +61,23 @@ def test_decode_terms_replay_the_pool(workload):
     terms = decode_terms(load_system_config("g25"), workload, 4, 8000)
     assert terms.kind == "pnm" and terms.step is not None
     assert terms.step.sampling["replayed_requests"] > 0 and terms.step.row_hit_rate > 0.5
+
+
+@pytest.mark.parametrize("decoding", [1, 4, 16])
+def test_a_prefill_chunks_ring_is_slowed_as_the_flow_model_slows_it(decoding, workload):
+    """g15's all-reduces share the fabric with the pool's queries and outputs; the table's stretch is measured
+    on a ring of one token per decoding sequence, and the same pool traffic slows a larger ring by the flow
+    model's (simulated) amount, which ring_stretch scales to."""
+    from archsim.system.decode import _allreduce_stretch
+    from archsim.system.kvstream import kv_geometry
+    from archsim.system.placements import placement_of
+
+    system = load_system_config("g15")
+    tp = workload.tensor_parallel
+    geo = kv_geometry(workload.shape, workload.dtype, decoding, 16384)
+    measured = _allreduce_stretch(system, placement_of(system), geo, tp, tp, replace(workload, batch=decoding))
+    assert measured > 1.01  # the fabric is shared: the ring is slowed
+    for ring_tokens in (2 * decoding, decoding + 512, 8192):
+        simulated = _allreduce_stretch(system, placement_of(system), geo, tp, tp, replace(workload, batch=ring_tokens))
+        assert ring_stretch(measured, decoding, ring_tokens) - 1 == pytest.approx(simulated - 1, rel=1e-4)
+    assert ring_stretch(measured, decoding, decoding) == measured

@@ -29,6 +29,7 @@ from archsim.system.mixed import (
     gpu_time,
     mixed_step,
     prefill_layer_ns,
+    ring_stretch,
 )
 from archsim.system.workload import Workload
 
@@ -119,7 +120,7 @@ class StepCostTable:
             terms = self.decode_part(d, n)
             if len(self._seen) < 4096:
                 self._seen.append((d, n))
-        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        stretch = ring_stretch(terms.allreduce_stretch, d, tokens) if terms is not None else 1.0
         key = (tokens, sequences, stretch)
         gpu = self._gpu.get(key)
         if gpu is None:
@@ -251,7 +252,7 @@ class SplitCost:
         d, n = int(at_pool.sum()), int(cached[at_pool].sum())
         hbm = (int(at_hbm.sum()), int(cached[at_hbm].sum()))
         terms = table.decode_part(d, n) if d else None
-        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        stretch = ring_stretch(terms.allreduce_stretch, d, int(new.sum())) if terms is not None else 1.0
         gpu = gpu_time(w.shape, w.dtype, int(new.sum()), int(new.size), w.tensor_parallel, table.system.gpus,
                        stretch)
         if terms is None:  # only the HBM side decodes

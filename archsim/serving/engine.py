@@ -638,11 +638,10 @@ class _Engine:
         view, v = self.views[i], int(self.res[r])
         keys = self._prompt_keys(r)
         # the cache's counters and recency see each request's first look only (a retry is a peek)
-        hits = view.lookup(keys, record=not self.looked_up[r])
+        # a sequence whose KV lives in tier v reads its prefix from v on (HBM sequences write theirs through)
+        hits = view.lookup(keys, record=not self.looked_up[r], first_tier=v)
         self.looked_up[r] = True
         found = int(np.count_nonzero(hits >= 0))
-        if v > 0:                              # a streamed sequence reads its KV from tier v, not from HBM
-            found = int(np.argmin(np.append(hits[:found] >= v, False)))
         pend = self.pending[i]
         if any(pend):                          # a block whose KV is still being computed is no hit yet
             for b, (key, w) in enumerate(zip(keys[:found].tolist(), hits[:found].tolist(), strict=True)):

@@ -15,6 +15,9 @@ Semantics (the engine relies on every one of them):
   the overall misses). It refreshes the recency of each hit block in every tier that holds it (the lookup
   is one query of every tier's index, so a lower tier's LRU order follows the requests, not only the
   loads). record=False is a pure peek (a prefix-aware router asks every instance without disturbing them).
+  lookup(keys, first_tier=v) asks only tiers v, v+1, ...: the view of a sequence whose KV lives in tier v,
+  which reads a block there even when a faster tier holds it too; the faster tiers' counters and recency
+  stay as they were.
 * insert(keys, tier, pin=False) -> bool writes the blocks into one tier, all or nothing: when the tier
   cannot hold the blocks together with its pinned blocks it returns False and changes nothing; pinned
   blocks are never evicted. insert_prefix(keys, tier) -> int writes the longest leading run that fits
@@ -211,37 +214,42 @@ class TieredPrefixCache:
         """Whether insert(keys, tier) (or a promote of them) would succeed now."""
         return self._evictions_needed(self.tiers[tier], _distinct(keys)) is not None
 
-    def lookup(self, keys: np.ndarray, *, record: bool = True) -> np.ndarray:
-        """int8 per block: the fastest tier holding it, MISS (-1) for a miss and for every block after it."""
+    def lookup(self, keys: np.ndarray, *, record: bool = True, first_tier: int = 0) -> np.ndarray:
+        """int8 per block: the fastest tier from `first_tier` on holding it, MISS (-1) for a miss and for every
+        block after it. A sequence whose KV lives in tier v looks from v on: a block also held by a faster tier
+        is still a hit where it reads it (an HBM sequence's prefix is written through to the pool)."""
         ks = _ints(keys)
         n = len(ks)
+        tiers = self.tiers[first_tier:]
         if n <= _SHORT:
-            found = self._scan_short(ks)
-            counts = [found.count(t) for t in range(self.n_tiers)] if record else []
+            found = [first_tier + t for t in self._scan_short(ks, tiers)]
+            counts = [found.count(first_tier + t) for t in range(len(tiers))] if record else []
             out = np.array(found + [MISS] * (n - len(found)), dtype=np.int8)
         else:
-            found = self._scan_long(ks)
-            counts = np.bincount(found, minlength=self.n_tiers).tolist() if record else []
+            found = self._scan_long(ks, tiers) + first_tier
+            counts = np.bincount(found - first_tier, minlength=len(tiers)).tolist() if record else []
             out = np.full(n, MISS, dtype=np.int8)
             out[:len(found)] = found
         if record:
             not_served = n
-            for tier, hits in zip(self.tiers, counts, strict=True):
+            for tier, hits in zip(tiers, counts, strict=True):
                 tier.counters.hits += hits
                 not_served -= hits
                 tier.counters.misses += not_served
             if len(found):
                 head_last = ks[len(found) - 1::-1]
-                for tier in self.tiers:
+                for tier in tiers:
                     if tier._lru:
                         tier.touch_all(head_last)
         return out
 
-    def _scan_short(self, ks: list[int]) -> list[int]:
-        """The fastest tier of each block of the cached prefix, block by block (cheapest for short requests)."""
+    @staticmethod
+    def _scan_short(ks: list[int], tiers: list) -> list[int]:
+        """The fastest of `tiers` holding each block of the cached prefix, block by block (cheapest for short
+        requests)."""
         found = []
         for k in ks:
-            for t, tier in enumerate(self.tiers):
+            for t, tier in enumerate(tiers):
                 if k in tier._lru or k in tier._pins:
                     found.append(t)
                     break
@@ -249,13 +257,14 @@ class TieredPrefixCache:
                 break
         return found
 
-    def _scan_long(self, ks: list[int]) -> np.ndarray:
+    @staticmethod
+    def _scan_long(ks: list[int], tiers: list) -> np.ndarray:
         """As _scan_short, tier by tier with C-level membership tests (each tier probes only what the faster
         ones lack): about twice as fast from a few dozen blocks on."""
         n = len(ks)
         where = np.full(n, MISS, dtype=np.int8)
         undecided = np.arange(n)
-        for t, tier in enumerate(self.tiers):
+        for t, tier in enumerate(tiers):
             sub = ks if len(undecided) == n else [ks[i] for i in undecided.tolist()]
             held = tier.holds_mask(sub)
             where[undecided[held]] = t

@@ -76,6 +76,19 @@ def decode_terms(system: SystemConfig, workload: Workload, sequences: int, conte
     return DecodeTerms(sequences, context, placement.kind, step.pool_side_ns / L, latency, stretch, step)
 
 
+def ring_stretch(stretch: float, decode_tokens: int, ring_tokens: int) -> float:
+    """The all-reduce slowdown of an iteration whose ring carries `ring_tokens` tokens, from the decode table's
+    `stretch` measured on a ring of `decode_tokens` (one per decoding sequence) against those sequences' pool
+    traffic. The pool traffic is the same bytes whatever else the iteration computes, so the time it adds to the
+    ring is the same: with a max-min fair share that finishes before the ring, stretch - 1 is the background's
+    bytes over the ring's (archsim.plan.model.allreduce_stretch), and a prefill chunk's larger ring is slowed
+    by (stretch - 1) x decode_tokens / ring_tokens. Decode-only iterations (ring_tokens == decode_tokens) keep
+    the table's value exactly; tests/test_system_mixed.py holds this against the flow model."""
+    if stretch == 1.0 or ring_tokens <= decode_tokens:
+        return stretch
+    return 1.0 + (stretch - 1.0) * decode_tokens / ring_tokens
+
+
 def mixed_step(system: SystemConfig, workload: Workload, cached_tokens: np.ndarray, new_tokens: np.ndarray,
                terms: DecodeTerms | None = None) -> MixedStep:
     """One iteration of one instance on the mix; `terms`: the decode part's DecodeTerms at d decode
@@ -109,7 +122,7 @@ def compose(system: SystemConfig, workload: Workload, tokens: int, sequences: in
     shape, gpus, tp = workload.shape, system.gpus, workload.tensor_parallel
     L = shape.num_layers
     if gpu is None:
-        stretch = terms.allreduce_stretch if terms is not None else 1.0
+        stretch = ring_stretch(terms.allreduce_stretch, decode_sequences, tokens) if terms is not None else 1.0
         gpu = gpu_time(shape, workload.dtype, tokens, sequences, tp, gpus, stretch)
     # the GPUs' own work of the layer: kernels, all-reduces, prefill attention
     own = {"gpu_weights": gpu.kernels_ns, "allreduce": gpu.allreduce_ns,
