@@ -274,6 +274,7 @@ class _Engine:
         self.waiting = [deque() for _ in range(k)]
         self.running: list[list[int]] = [[] for _ in range(k)]
         self.nloading = [0] * k
+        self.landing: list[set[int]] = [set() for _ in range(k)]  # sequences whose KV is in flight to it
         self.busy = [False] * k
         self.parts_left = [0] * k
         self.batch: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * k
@@ -587,20 +588,25 @@ class _Engine:
         for g in grow.tolist():
             if self.state[g] != RUNNING:
                 continue
+            v = int(self.res[g])
             key = self._seq_keys(g, int(self.nheld[g]) + 1)[-1:]
-            while not view.insert(key, int(self.res[g]), pin=True):
-                victim = self._victim(i)
-                self._preempt(i, victim, t)
+            while not view.insert(key, v, pin=True):
+                # placement auto: only a sequence on g's side frees room there, and one squeezed out of HBM moves
+                # to the pool over the link when the pool has room rather than computing its whole context again
+                victim = self._victim(i, v if self.auto else None)
+                if not (self.auto and v == 0 and self._start_move(i, victim, t)):
+                    self._preempt(i, victim, t)
                 if victim == g:
                     break
             else:
                 self.nheld[g] += 1
-                self._note_pinned(i, int(self.res[g]))
+                self._note_pinned(i, v)
 
-    def _victim(self, i: int) -> int:
-        """The most recently admitted decode sequence (its prompt KV is complete, so caching it stays valid)."""
+    def _victim(self, i: int, tier: int | None = None) -> int:
+        """The most recently admitted decode sequence (its prompt KV is complete, so caching it stays valid), of
+        those whose KV is in view tier `tier` when given."""
         for r in reversed(self.running[i]):
-            if self.ctx[r] >= self.target[r]:
+            if self.ctx[r] >= self.target[r] and (tier is None or self.res[r] == tier):
                 return r
         raise AssertionError("a growing sequence is itself a decode sequence")
 
@@ -686,8 +692,10 @@ class _Engine:
 
     def _sides(self, i: int, exclude: int = -1) -> tuple[tuple[int, int], tuple[int, int]]:
         """placement auto: (sequences, tokens) of instance i's running sequences with KV in HBM, and in the PNM
-        tier (a prefilling one counted at its whole prompt)."""
-        arr = np.array([r for r in self.running[i] if r != exclude], dtype=np.int64)
+        tier (a prefilling one counted at its whole prompt). A sequence whose KV is on its way to the instance (a
+        move, a load or a swap-in) counts on the side it lands on: otherwise the sequences that reach a multiple
+        of replan_tokens in one step would each see the earlier movers on neither side and all move one way."""
+        arr = np.array([r for r in (*self.running[i], *sorted(self.landing[i])) if r != exclude], dtype=np.int64)
         pooled = self.res[arr] > 0
         held = np.maximum(self.ctx[arr], self.target[arr])
         return ((int((~pooled).sum()), int(held[~pooled].sum())), (int(pooled.sum()), int(held[pooled].sum())))
@@ -727,17 +735,23 @@ class _Engine:
 
     def _move_if_it_pays(self, i: int, r: int, t: float) -> None:
         src = int(self.res[r])
-        dest = 0 if src else self.pool_tier
         hbm, pool = self._sides(i, exclude=r)
         gain_ns = self.placer.step_gain_ns(hbm, pool, int(self.ctx[r]), src > 0) * self._decode_horizon()
         size = float(self.ctx[r] * self.kvb)
         link = self.link_spec[self.link_of_tier[self.pool_tier]]
-        if gain_ns <= link.latency_ns + size / link.bandwidth_GBps:
-            return
+        if gain_ns > link.latency_ns + size / link.bandwidth_GBps:
+            self._start_move(i, r, t)
+
+    def _start_move(self, i: int, r: int, t: float) -> bool:
+        """Move r's KV to the other side over the PNM tier's link (r leaves the batch until it lands); False,
+        changing nothing, when the other side has no room now."""
+        src = int(self.res[r])
+        dest = 0 if src else self.pool_tier
+        size = float(self.ctx[r] * self.kvb)
         keys = self._seq_keys(r, int(self.nheld[r]))
         view = self.views[i]
         if not view.insert(keys, dest, pin=True):
-            return                                 # no room there now
+            return False
         view.unpin(keys, src)
         self.release_epoch += 1
         self._note_pinned(i, dest)
@@ -749,8 +763,10 @@ class _Engine:
         self.running[i].remove(r)
         self.state[r] = LOADING
         self.nloading[i] += 1
+        self.landing[i].add(r)
         self.xfers_left[r] = 1
         self._transfer(self.pool_tier, size, X_MOVE, r, t)   # timed on the PNM tier's link either way
+        return True
 
     def _iteration_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
         if self.auto:
@@ -789,6 +805,7 @@ class _Engine:
         self.state[r] = LOADING
         self.load_start[r] = t
         self.nloading[i] += 1
+        self.landing[i].add(r)
 
     def _take_over(self, i: int, r: int, t: float) -> int | None:
         """A decode instance takes a prefilled sequence: its KV comes over the link of the tier below HBM (the
@@ -844,6 +861,7 @@ class _Engine:
         self.swapped[r] = False
         self.state[r] = LOADING
         self.nloading[i] += 1
+        self.landing[i].add(r)
         return 0
 
     def _note_pinned(self, i: int, v: int) -> None:
@@ -1009,6 +1027,7 @@ class _Engine:
                 self.pending[i][int(self.res[who])].difference_update(keys.tolist())
             self.state[who] = RUNNING
             self.nloading[i] -= 1
+            self.landing[i].discard(who)
             self.running[i].append(who)
             self._schedule(i, t)
 
