@@ -12,23 +12,26 @@ import argparse
 import time
 
 from archsim.models import load_preset
-from archsim.trace.mapping import PoolPlacement, TraceMapper, kv_heads_from_header
+from archsim.trace.mapping import PoolPlacement, RangeRows, TraceMapper, kv_heads_from_header
 from archsim.workloads import decode_trace
 
 SCENARIOS = [
     # (label, preset, layers, batch, context, steps, placement fields)
     ("record-bound: tiny-llama decode B=32 ctx=16, 400 steps", "tiny-llama", None, 32, 16, 400, {}),
     ("record-bound, token_major", "tiny-llama", None, 32, 16, 400, {"layout": "token_major"}),
+    ("record-bound, range (the step model's layout)", "tiny-llama", None, 32, 16, 400, {"layout": "range"}),
     ("llama-3.1-8b decode B=16 ctx=64, 8 steps", "llama-3.1-8b", None, 16, 64, 8, {}),
     ("llama-3.1-8b decode B=16 ctx=64, 2 layers, weights in pool", "llama-3.1-8b", 2, 16, 64, 1,
      {"weights_in": "pool"}),
     ("access-bound: llama-3.1-70b decode B=4 ctx=8K, 8 layers, TP2", "llama-3.1-70b", 8, 4, 8192, 1,
      {"tensor_parallel": 2, "devices": 2}),
+    ("access-bound, range", "llama-3.1-70b", 8, 4, 8192, 1, {"tensor_parallel": 2, "devices": 2, "layout": "range"}),
 ]
 
 
 def run(cols: dict, header: dict, placement: PoolPlacement) -> int:
-    mapper = TraceMapper(placement, kv_heads=kv_heads_from_header(header))
+    rows = RangeRows.scan([cols]) if placement.layout == "range" else None  # its first pass, timed with it
+    mapper = TraceMapper(placement, kv_heads=kv_heads_from_header(header), range_rows=rows)
     return sum(len(batch["address"]) for batch in mapper.iter_chunk(cols))
 
 

@@ -69,6 +69,8 @@ PLACEMENTS = [
     {"devices": 1, "layout": "token_major", "tensor_parallel": 2, "weights_in": "pool"},
     {"devices": 4, "layout": "head_major", "weights_in": "pool", "prefix_sharing": True},
     {"devices": 1, "layout": "token_major", "prefix_sharing": True, "access_granularity_bytes": 64},
+    {"devices": 2, "layout": "range", "weights_in": "pool"},
+    {"devices": 1, "layout": "range", "tensor_parallel": 2, "access_granularity_bytes": 64},
 ]
 
 

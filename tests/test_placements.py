@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
+from archsim.kvlayout import kv_geometry
 from archsim.system import load_system_config, load_workload, simulate_step
 from archsim.system.gpu import roofline_ns
-from archsim.system.kvstream import kv_geometry
 from archsim.system.placements import PLACEMENTS, placement_of
 from tests.conftest import REPO
 

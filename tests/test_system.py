@@ -9,8 +9,8 @@ import math
 import pytest
 import yaml
 
+from archsim.kvlayout import kv_geometry
 from archsim.system import load_system_config, load_workload, simulate_step, system_config_from_mapping
-from archsim.system.kvstream import kv_geometry
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.system

@@ -10,11 +10,11 @@ import pytest
 from archsim.errors import ConfigError
 from archsim.gpu import layer_allreduce_ns, layer_time_ns, load_gpu_preset
 from archsim.interconnect import Flow
+from archsim.kvlayout import kv_geometry
 from archsim.models.presets import load_preset
 from archsim.system.config import load_system_config
 from archsim.system.decode import simulate_step
 from archsim.system.gpu import gpu_layer_time, gpu_work
-from archsim.system.kvstream import kv_geometry
 from archsim.system.links import allreduce_stretch, collectives_on_fabric, pnm_flows
 from archsim.system.workload import load_workload
 

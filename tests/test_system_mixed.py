@@ -68,8 +68,8 @@ def test_a_prefill_chunks_ring_is_slowed_as_the_flow_model_slows_it(decoding, wo
     """g15's all-reduces share the fabric with the pool's queries and outputs; the table's stretch is measured
     on a ring of one token per decoding sequence, and the same pool traffic slows a larger ring by the flow
     model's (simulated) amount, which ring_stretch scales to."""
+    from archsim.kvlayout import kv_geometry
     from archsim.system.decode import _allreduce_stretch
-    from archsim.system.kvstream import kv_geometry
     from archsim.system.placements import placement_of
 
     system = load_system_config("g15")

@@ -8,9 +8,10 @@ import pytest
 import yaml
 
 from archsim.errors import ConfigError
+from archsim.kvlayout import channel_share, kv_geometry
 from archsim.section import Section
 from archsim.system import load_system_config, load_workload, simulate_step, system_config_from_mapping
-from archsim.system.kvstream import channel_share, channel_stream, kv_geometry
+from archsim.system.kvstream import channel_stream
 from archsim.system.qos import jain_index, parse_qos, qos_memory, run_study
 from tests.conftest import REPO
 

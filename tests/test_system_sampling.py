@@ -10,17 +10,10 @@ import pytest
 import yaml
 
 from archsim.config.memory import memory_config_from_preset
+from archsim.kvlayout import Chunk, channel_bounds, channel_footprint_bytes, channel_share, kv_geometry
 from archsim.system import simulate_step, system_config_from_mapping, workload_from_mapping
 from archsim.system.config import load_system_config
-from archsim.system.kvstream import (
-    Chunk,
-    channel_bounds,
-    channel_footprint_bytes,
-    channel_local_to_physical,
-    channel_share,
-    channel_stream,
-    kv_geometry,
-)
+from archsim.system.kvstream import channel_local_to_physical, channel_stream
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.system

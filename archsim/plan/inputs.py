@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from archsim.errors import ConfigError
 from archsim.gpu.shape import DTYPES, LayerShape
+from archsim.kvlayout import kv_geometry
 from archsim.plan.model import Candidate, GpuSpec, ModelGeometry, PathSpec, PlanInputs, PoolSpecP
 from archsim.system.config import SystemConfig, system_config_from_mapping
 from archsim.system.gpu import gpu_work, hbm_room_bytes
@@ -23,18 +24,14 @@ from archsim.system.workload import Workload
 def model_geometry(workload: Workload, gpus: int, file: str | None) -> ModelGeometry:
     shape = workload.shape
     el = workload.element_bytes
-    if shape.attention == "mla":
-        qk, out = shape.kv_lora_rank + shape.qk_rope_head_dim, shape.kv_lora_rank
-    else:
-        qk, out = shape.head_dim, shape.head_dim
-    heads = shape.kv_cache_heads
+    kv = kv_geometry(shape, workload.dtype, 1, 0)
     work = gpu_work(shape, workload.dtype, workload.batch, el)
     layer = None
     if shape.attention == "gqa" and not shape.n_routed_experts and workload.dtype in DTYPES:
         layer = LayerShape.from_model(shape, workload.dtype)
     return ModelGeometry(
-        name=shape.name, layers=shape.num_layers, kv_heads=heads, query_group=shape.num_attention_heads // heads,
-        k_row_bytes=shape.k_cache_dim * el, v_row_bytes=shape.v_cache_dim * el, qk_dim=qk, out_dim=out,
+        name=shape.name, layers=kv.layers, kv_heads=kv.kv_heads, query_group=kv.query_group,
+        k_row_bytes=kv.k_row_bytes, v_row_bytes=kv.v_row_bytes, qk_dim=kv.qk_dim, out_dim=kv.out_dim,
         element_bytes=el, hidden=shape.hidden_size, vocab=shape.vocab_size, tp=workload.tensor_parallel,
         instances=workload.instances_on(gpus, file), max_context=workload.max_context,
         weight_bytes=work.weight_bytes, layer_weight_bytes=work.layer_weight_bytes,

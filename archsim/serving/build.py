@@ -15,20 +15,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from archsim.errors import ConfigError
+from archsim.kvlayout import kv_bytes_per_token
 from archsim.models import ModelShape, dtype_bytes
 from archsim.serving.costs import SplitCost, StepCostTable, instance_workload
 from archsim.serving.spec import ServingSpec, TierSpec, validate
 from archsim.system.config import SystemConfig
 from archsim.system.gpu import gpu_work, hbm_room_bytes
-from archsim.system.kvstream import kv_geometry
 from archsim.system.links import analytic_share_GBps, route_latency_ns
 from archsim.system.workload import Workload
-
-
-def kv_bytes_per_token(shape: ModelShape, dtype: str) -> int:
-    """One token's K and V over every layer and cached head of one model instance."""
-    geo = kv_geometry(shape, dtype, 1, 0)
-    return geo.layers * geo.kv_heads * geo.row_bytes
 
 
 def serving_workload(system: SystemConfig, shape: ModelShape, dtype: str, max_context: int | None,

@@ -130,7 +130,7 @@ def _pnm_io_bytes(system: SystemConfig, workload: Workload, result: ServingResul
     new token's K and V are in the tier's written bytes)."""
     if system.attention != "pnm":
         return 0.0, 0.0
-    from archsim.system.kvstream import kv_geometry
+    from archsim.kvlayout import kv_geometry
 
     geo = kv_geometry(workload.shape, workload.dtype, 1, 0)
     done = result.completed

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 
 from archsim.config.memory import MemoryConfig
 from archsim.errors import ConfigError
+from archsim.kvlayout import ChannelShare, KvGeometry
 from archsim.resources import data_path
 from archsim.system.config import PnmSpec
-from archsim.system.kvstream import ChannelShare, KvGeometry
 from archsim.system.pooldram import PoolDram
 
 KERNELS = data_path("isa", "kernels")

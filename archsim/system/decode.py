@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from archsim.kvlayout import KvGeometry, kv_geometry
 from archsim.system.config import SystemConfig
 from archsim.system.energy_model import step_energy
 from archsim.system.gpu import GpuWork, gpu_layer_time, gpu_work, hbm_room_bytes
-from archsim.system.kvstream import KvGeometry, kv_geometry
 from archsim.system.links import allreduce_stretch, collectives_on_fabric
 from archsim.system.placements import LayerContext, LayerTimes, Placement, placement_of
 from archsim.system.pooldram import PoolDram

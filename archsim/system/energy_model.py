@@ -25,10 +25,10 @@ from archsim.energy import energy_breakdown
 from archsim.system.placements import placement_of
 
 if TYPE_CHECKING:
+    from archsim.kvlayout import KvGeometry
     from archsim.system.attention import PoolAttentionTime
     from archsim.system.config import SystemConfig
     from archsim.system.gpu import GpuWork
-    from archsim.system.kvstream import KvGeometry
     from archsim.system.links import LayerTraffic
     from archsim.system.pooldram import PoolDram
     from archsim.system.workload import Workload

@@ -1,16 +1,9 @@
-"""The pool's KV layout and the request streams one channel sees during a decode step.
+"""The request streams one channel sees during a decode step, on the pool's KV layout (`archsim/kvlayout.py`).
 
-Layout (head-wise sharding, flash-decoding split): every (sequence, KV head) of a layer is a *head context*
-of `tokens` rows of K and `tokens` rows of V. A layer's head contexts laid end to end form a flat token space
-(head context h, token t -> h x tokens + t) that is cut into one contiguous range per pool channel, every
-channel of every device within one token of the mean; a range's pieces of head contexts are its *chunks*
-(a head context longer than a range is split over several channels, and a range may end one head context
-and start the next). Only when the layer holds fewer than MIN_CHUNK_TOKENS tokens per channel are fewer
-channels used. Inside a channel a chunk is its K block followed by its V block, consecutive chunks back to
-back; every layer has its own region of the largest share's size (layer l at l x region), so a channel holds
-layers x region bytes and any KV that fits the pool to within one token row per layer and channel is placed.
-Addresses are built through the memory's own address mapping (channel-local offsets with the channel bits
-inserted, then encoded), so any configured mapping keeps a chunk inside its PNM unit's channel.
+Layout: `archsim.kvlayout` (head contexts cut into one contiguous range per pool channel; in a channel a chunk is
+its K block then its V block; layer l at l x region). Addresses are built through the memory's own address
+mapping (channel-local offsets with the channel bits inserted, then encoded), so any configured mapping keeps a
+chunk inside its PNM unit's channel.
 
 Request orders (access-sized requests, `memory.organization.access_bytes` each):
 * pnm:  the unit streams chunk by chunk, tile by tile: the K rows of a tile, then its V rows (the
@@ -30,171 +23,9 @@ import numpy as np
 from archsim.config.memory import MemoryConfig
 from archsim.dram.address_map import AddressMapping
 from archsim.errors import ArchsimError, ConfigError
-from archsim.models import ModelShape, dtype_bytes
+from archsim.kvlayout import ChannelShare, KvGeometry
 
 HOST, PNM = 0, 1  # request sources (archsim.config.memory.SOURCES)
-# a channel's range is at least one kernel tile: shorter ranges would pay more in per-chunk setup and
-# partial-result merging than the extra channels give back
-MIN_CHUNK_TOKENS = 64
-
-
-@dataclass(frozen=True)
-class KvGeometry:
-    """What attention reads in one decode step, per layer, for all model instances together."""
-
-    sequences: int  # batch x instances
-    kv_heads: int  # cached heads per layer
-    query_group: int  # query heads per cached head
-    tokens: int  # cached tokens per sequence after the step's append (context + 1)
-    k_row_bytes: int  # one token of one cached head
-    v_row_bytes: int
-    qk_dim: int  # MACs per token per query head for the scores
-    out_dim: int  # MACs per token per query head for the weighted sum
-    layers: int
-    element_bytes: int
-
-    @property
-    def head_contexts(self) -> int:
-        return self.sequences * self.kv_heads
-
-    @property
-    def row_bytes(self) -> int:
-        return self.k_row_bytes + self.v_row_bytes
-
-    @property
-    def layer_bytes(self) -> int:
-        return self.head_contexts * self.tokens * self.row_bytes
-
-    @property
-    def step_bytes(self) -> int:
-        return self.layer_bytes * self.layers
-
-    @property
-    def append_layer_bytes(self) -> int:
-        return self.head_contexts * self.row_bytes
-
-    @property
-    def query_layer_bytes(self) -> int:
-        """Query vectors sent to the pool per layer (fp32 io, as the PNM kernels take them)."""
-        return self.head_contexts * self.query_group * self.qk_dim * 4
-
-    @property
-    def output_layer_bytes(self) -> int:
-        return self.head_contexts * self.query_group * self.out_dim * 4
-
-    @property
-    def layer_macs(self) -> int:
-        return self.head_contexts * self.query_group * self.tokens * (self.qk_dim + self.out_dim)
-
-    @property
-    def layer_exps(self) -> int:
-        return self.head_contexts * self.query_group * self.tokens
-
-
-def kv_geometry(shape: ModelShape, dtype: str, sequences: int, context_tokens: int) -> KvGeometry:
-    el = dtype_bytes(dtype)
-    if shape.attention == "mla":  # scores over the latent + RoPE key, weighted sum over the latent
-        qk, out = shape.kv_lora_rank + shape.qk_rope_head_dim, shape.kv_lora_rank
-    else:
-        qk, out = shape.head_dim, shape.head_dim
-    heads = shape.kv_cache_heads
-    return KvGeometry(sequences, heads, shape.num_attention_heads // heads, context_tokens + 1,
-                      shape.k_cache_dim * el, shape.v_cache_dim * el, qk, out, shape.num_layers, el)
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """A token range of one head context held by one channel."""
-
-    head: int  # head context of the layer (sequence x cached head)
-    first_token: int
-    tokens: int
-
-
-@dataclass(frozen=True)
-class ChannelShare:
-    """One channel's part of one layer: the head-context chunks it holds, back to back in its layer region."""
-
-    channel: int  # pool-wide channel index (device = channel // channels per device)
-    chunks: tuple[Chunk, ...]
-    head_tokens: int  # tokens of a whole head context (geo.tokens)
-    max_splits: int  # most channels any head context of the layer is split over (partial records merged)
-    region_bytes: int  # channel-local bytes every layer's region spans (layer l starts at l x this)
-
-    @property
-    def tokens(self) -> int:
-        return sum(c.tokens for c in self.chunks)
-
-    @property
-    def appends(self) -> int:
-        """Chunks whose last token (the step's appended one) lives here."""
-        return sum(1 for c in self.chunks if c.first_token + c.tokens == self.head_tokens)
-
-    @property
-    def max_chunk_tokens(self) -> int:
-        return max((c.tokens for c in self.chunks), default=0)
-
-    def read_bytes(self, geo: KvGeometry) -> int:
-        return self.tokens * geo.row_bytes
-
-
-def channel_bounds(geo: KvGeometry, channels: int) -> np.ndarray:
-    """Start of each channel's range of the layer's flat token space (head context h, token t -> h x tokens + t),
-    channels + 1 entries: channel c holds [bounds[c], bounds[c + 1]), every used channel within one token of the
-    mean (all of them unless the layer has fewer than MIN_CHUNK_TOKENS tokens per channel)."""
-    total = geo.head_contexts * geo.tokens
-    active = max(1, min(channels, total // MIN_CHUNK_TOKENS))
-    bounds = np.full(channels + 1, total, dtype=np.int64)
-    bounds[: active + 1] = (np.arange(active + 1, dtype=np.int64) * total) // active
-    return bounds
-
-
-def _chunks_per_channel(geo: KvGeometry, bounds: np.ndarray) -> np.ndarray:
-    t = geo.tokens
-    lo, hi = bounds[:-1], bounds[1:]
-    return np.where(hi > lo, (hi - 1) // t - lo // t + 1, 0)
-
-
-def busiest_channel(geo: KvGeometry, channels: int) -> int:
-    """The channel with the most chunks (each costs the kernel a prologue and a partial record), then the most
-    tokens; the lowest index among equals."""
-    bounds = channel_bounds(geo, channels)
-    chunks = _chunks_per_channel(geo, bounds)
-    tokens = np.diff(bounds)
-    key = chunks * (int(tokens.max()) + 1) + tokens
-    return int(np.argmax(key))
-
-
-def _max_splits(geo: KvGeometry, bounds: np.ndarray) -> int:
-    heads = np.arange(geo.head_contexts, dtype=np.int64) * geo.tokens
-    first = np.searchsorted(bounds, heads, side="right") - 1
-    last = np.searchsorted(bounds, heads + geo.tokens - 1, side="right") - 1
-    return int((last - first).max()) + 1
-
-
-def channel_share(geo: KvGeometry, channels: int, channel: int | None = None) -> ChannelShare:
-    """The layer's chunks on `channel` (None: the busiest channel, the one that decides the layer's time)."""
-    bounds = channel_bounds(geo, channels)
-    c = busiest_channel(geo, channels) if channel is None else channel
-    lo, hi, t = int(bounds[c]), int(bounds[c + 1]), geo.tokens
-    chunks = []
-    u = lo
-    while u < hi:
-        head, first = divmod(u, t)
-        n = min(t - first, hi - u)
-        chunks.append(Chunk(head, first, n))
-        u += n
-    return ChannelShare(c, tuple(chunks), t, _max_splits(geo, bounds), layer_region_bytes(geo, channels))
-
-
-def layer_region_bytes(geo: KvGeometry, channels: int) -> int:
-    """Channel-local bytes one layer occupies on every channel (the largest share): layer l starts at l x this."""
-    return int(np.diff(channel_bounds(geo, channels)).max()) * geo.row_bytes
-
-
-def channel_footprint_bytes(geo: KvGeometry, channels: int) -> int:
-    """Bytes of every layer's KV on the fullest channel: the placement fits when this is within a channel."""
-    return geo.layers * layer_region_bytes(geo, channels)
 
 
 def channel_local_to_physical(mapping: AddressMapping, local: np.ndarray, channel: int) -> np.ndarray:
@@ -238,12 +69,6 @@ class ChannelStream:
         return len(self) < self.full_requests
 
 
-def _chunk_bases(share: ChannelShare, geo: KvGeometry) -> np.ndarray:
-    """Channel-local offset of each chunk in the layer region: chunks back to back, K block then V block."""
-    sizes = np.array([c.tokens for c in share.chunks], dtype=np.int64) * geo.row_bytes
-    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-
-
 def _pnm_offsets(n: int, share: ChannelShare, geo: KvGeometry, tile: int, access: int) -> np.ndarray:
     """Local offsets of the first n reads of the PNM order (see the module docstring)."""
     i = np.arange(n, dtype=np.int64)
@@ -262,7 +87,7 @@ def _pnm_offsets(n: int, share: ChannelShare, geo: KvGeometry, tile: int, access
     is_v = q >= tile_tokens * k_req
     k_off = tile_idx * tile * geo.k_row_bytes + q * access
     v_off = t * geo.k_row_bytes + tile_idx * tile * geo.v_row_bytes + (q - tile_tokens * k_req) * access
-    return _chunk_bases(share, geo)[chunk] + np.where(is_v, v_off, k_off)
+    return share.chunk_bases(geo)[chunk] + np.where(is_v, v_off, k_off)
 
 
 def _host_offsets(n: int, share: ChannelShare, geo: KvGeometry, interleave: int, access: int) -> np.ndarray:
@@ -270,7 +95,7 @@ def _host_offsets(n: int, share: ChannelShare, geo: KvGeometry, interleave: int,
     `interleave` bytes per turn; a stream that has ended drops out of the rotation."""
     per = interleave // access
     streams = []  # (rounds it lasts, base offset, stream length in bytes)
-    for chunk, base in zip(share.chunks, _chunk_bases(share, geo).tolist(), strict=True):
+    for chunk, base in zip(share.chunks, share.chunk_bases(geo).tolist(), strict=True):
         k_len, v_len = chunk.tokens * geo.k_row_bytes, chunk.tokens * geo.v_row_bytes
         streams.append((math.ceil(k_len / interleave), base, k_len))
         streams.append((math.ceil(v_len / interleave), base + k_len, v_len))
@@ -318,7 +143,7 @@ def channel_stream(memory: MemoryConfig, geo: KvGeometry, share: ChannelShare, o
     writes = min(n_writes, n_take)
     reads = n_take - writes
     w_off = []
-    for c, base in zip(share.chunks, _chunk_bases(share, geo).tolist(), strict=True):
+    for c, base in zip(share.chunks, share.chunk_bases(geo).tolist(), strict=True):
         if c.first_token + c.tokens != share.head_tokens:
             continue
         t = c.tokens  # the chunk's last token slot holds the appended token: its K row, then its V row

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archsim.interconnect import Flow, FlowSchedule, Topology, simulate_flows
-from archsim.system.kvstream import KvGeometry
+from archsim.kvlayout import KvGeometry
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,11 @@ from functools import lru_cache
 import numpy as np
 
 from archsim.errors import ConfigError
+from archsim.kvlayout import kv_geometry
 from archsim.models import ModelShape, dtype_bytes
 from archsim.system.config import GpuConfig, SystemConfig
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.gpu import GpuLayerTime, gpu_layer_time, gpu_work, layer_allreduce_ns, roofline_ns
-from archsim.system.kvstream import kv_geometry
 from archsim.system.links import analytic_share_GBps
 from archsim.system.placements import PLACEMENTS, placement_of
 from archsim.system.workload import Workload

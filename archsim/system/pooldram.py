@@ -18,15 +18,10 @@ import numpy as np
 from archsim.analytic import unloaded_read_latency_cycles
 from archsim.cache import L2Config, simulate_l2
 from archsim.config.memory import MemoryConfig
+from archsim.kvlayout import KvGeometry, channel_share
 from archsim.memory import ReplayResult, Requests, replay
 from archsim.report.memory_stats import memory_stats
-from archsim.system.kvstream import (
-    ChannelStream,
-    KvGeometry,
-    channel_local_to_physical,
-    channel_share,
-    channel_stream,
-)
+from archsim.system.kvstream import ChannelStream, channel_local_to_physical, channel_stream
 
 _CACHE: dict[str, PoolDram] = {}
 

@@ -138,10 +138,11 @@ def placement_options(function: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--layout",
-            type=click.Choice(["head_major", "token_major"]),
+            type=click.Choice(["head_major", "token_major", "range"]),
             default="head_major",
             show_default=True,
-            help="KV layout: a head's blocks on one channel, or blocks round-robin.",
+            help="KV layout: a head's blocks on one channel, blocks round-robin, or the decode-step model's "
+            "ranges of head contexts over every channel (archsim/kvlayout.py).",
         ),
         click.option(
             "--tp",

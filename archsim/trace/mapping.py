@@ -14,8 +14,14 @@ own share of the devices. The group and the block's channel depend on the layout
   sharding: that channel's PNM unit runs that head's attention). Block = tokens x head bytes.
 * token_major - group = the shard's heads together, [token][head][dim] inside a block; blocks go
   round-robin over the shard's channels in first-touch order. Block = tokens x heads x head bytes.
-With prefix_sharing, full blocks inside the header's `shared_prefix_tokens` are one physical block for
-all requests; only the first request's writes to them are issued.
+* range - the decode-step model's layout (archsim/kvlayout.py): every (request, KV head) is a head context
+  as long as the request's furthest K/V record (a first pass over the trace finds it); a layer's head contexts,
+  requests in ascending id order, are cut into one range per channel of every device, a chunk's K block
+  then its V block, layer l at l x region. Tensor parallelism does not restrict the channels (the pool is
+  shared); weights go above the KV on every channel. A decode trace mapped so lands byte for byte where
+  `archsim simulate` streams its KV (tests/test_kvlayout.py).
+With prefix_sharing (head_major, token_major), full blocks inside the header's `shared_prefix_tokens` are one
+physical block for all requests; only the first request's writes to them are issued.
 
 Weights (weights_in="pool"): each (operator, layer) tensor, split evenly over the TP shards, is spread
 in equal contiguous pieces over the shard's channels; a read of n bytes covers the tensor's first n
@@ -32,18 +38,19 @@ and advances chunk after chunk; the placement and region types beside it are its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from archsim.errors import ConfigError, TraceError
+from archsim.kvlayout import RangeLayout
 from archsim.trace.logical import KIND_K, KIND_V, KIND_WEIGHT, OP_WRITE, LogicalTrace
 from archsim.units import parse_size_bytes
 
 SOURCE_HOST, SOURCE_PNM = 0, 1
-LAYOUTS = ("head_major", "token_major")
+LAYOUTS = ("head_major", "token_major", "range")
 REGION_K, REGION_V, REGION_WEIGHT = 0, 1, 2
 
 # bit widths of the packed block key (request+1, layer+1, kind, group, block index)
@@ -96,6 +103,9 @@ class PoolPlacement:
             fail("attention_on", "must be 'pnm' or 'host'")
         if not isinstance(self.prefix_sharing, bool):
             fail("prefix_sharing", "must be true or false")
+        if self.layout == "range" and self.prefix_sharing:
+            fail("layout", "lays out each request's KV whole and cannot share prefix blocks (prefix_sharing needs "
+                 "head_major or token_major)")
         d, t = self.devices, self.tensor_parallel
         if (d >= t and d % t) or (d < t and t % d):
             fail("tensor_parallel", f"and devices ({d}) must divide one another")
@@ -117,6 +127,45 @@ class PoolPlacement:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class RangeRows:
+    """What the range layout needs from a trace's K/V records: each request's tokens, the row bytes, the layers."""
+
+    requests: np.ndarray  # int64 request ids, ascending: request i's KV is head contexts i x kv_heads + head
+    tokens: np.ndarray  # int64 tokens each request holds (the end of its furthest K/V record)
+    k_row_bytes: int  # one token of one cached head
+    v_row_bytes: int
+    layers: int
+
+    @classmethod
+    def empty(cls) -> RangeRows:
+        return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), 0, 0, 0)
+
+    @classmethod
+    def scan(cls, chunks: Iterable[Mapping[str, np.ndarray]]) -> RangeRows:
+        """One pass over record chunks (memory: two integers per request)."""
+        requests, tokens = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        rows, layers = [0, 0], 0
+        for c in chunks:
+            kind = c["kind"].astype(np.int64) - KIND_K
+            kv = ((kind == 0) | (kind == 1)) & (c["token_count"] > 0) & (c["head_count"] > 0)
+            if not kv.any():
+                continue
+            end = c["token_start"][kv].astype(np.int64) + c["token_count"][kv]
+            requests, inverse = np.unique(np.concatenate([requests, c["request"][kv].astype(np.int64)]),
+                                          return_inverse=True)
+            merged = np.zeros(len(requests), dtype=np.int64)
+            np.maximum.at(merged, inverse, np.concatenate([tokens, end]))
+            tokens = merged
+            layers = max(layers, int(c["layer"][kv].max()) + 1)
+            for k in (0, 1):
+                first = np.flatnonzero(kv & (kind == k))
+                if not rows[k] and len(first):
+                    i = int(first[0])
+                    rows[k] = int(c["bytes"][i]) // (int(c["token_count"][i]) * int(c["head_count"][i]))
+        return cls(requests, tokens, rows[0], rows[1], layers)
 
 
 @dataclass(frozen=True)
@@ -201,6 +250,7 @@ class TraceMapper:
         shared_prefix_tokens: int = 0,
         operator_weight_bytes: list[int | None] | None = None,
         issue_interval_cycles: int = 1,
+        range_rows: RangeRows | None = None,
     ) -> None:
         placement.validate()
         if kv_heads < 1 or kv_heads % placement.tensor_parallel:
@@ -239,17 +289,28 @@ class TraceMapper:
         self.region_address = np.empty(0, dtype=np.int64)
         self.accesses_emitted = 0
         self.pth_bytes: dict[tuple[int, int], int] = {}  # (layer, kind) -> bytes per token per head
+        self.range: RangeLayout | None = None
+        if placement.layout == "range":
+            self._set_range(range_rows or RangeRows.empty())
+
+    def _set_range(self, rows: RangeRows) -> None:
+        """The range layout over every channel of every device; weights go above the KV on each channel."""
+        p, g = self.p, self.p.access_granularity_bytes
+        if rows.k_row_bytes % g or rows.v_row_bytes % g:  # a chunk's blocks must start on an access
+            raise ConfigError(f"the range layout needs KV rows ({rows.k_row_bytes} / {rows.v_row_bytes} B per token "
+                              f"and head) of whole {g} B accesses", where="placement.access_granularity_bytes")
+        self.range_requests = rows.requests
+        self.range_tokens = rows.tokens
+        self.range = RangeLayout(np.repeat(rows.tokens, self.kv_heads), p.devices * p.channels_per_device,
+                                 rows.k_row_bytes, rows.v_row_bytes, rows.layers)
+        footprint = (self.range.footprint_bytes + g - 1) // g * g
+        self._check_capacity(footprint, 0)
+        self.next_offset[:] = footprint
 
     # -- allocation ---------------------------------------------------------------------------------
-    def _allocate(
-        self,
-        keys: np.ndarray,
-        size: np.ndarray,
-        place: Callable[[np.ndarray], np.ndarray],
-        meta: Callable[[np.ndarray], dict[str, np.ndarray]],
-    ) -> np.ndarray:
-        """Region of each row's key. Unseen keys get regions in first-touch order; `place(rows)` gives
-        their (shard, unit) as one int array shard * units + unit, `meta(rows)` their description."""
+    def _regions_for(self, keys: np.ndarray, new_regions: Callable[[np.ndarray], dict[str, np.ndarray]]) -> np.ndarray:
+        """Region of each row's key. Unseen keys get regions in first-touch order: `new_regions(rows)` gives their
+        device, channel, address, size_bytes and description."""
         unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
         position = np.searchsorted(self.keys, unique)
         found = position < len(self.keys)
@@ -260,6 +321,29 @@ class TraceMapper:
         if len(new):
             order = new[np.argsort(first[new], kind="stable")]
             rows = first[order]
+            made = new_regions(rows)
+            ids = len(self.region_address) + np.arange(len(rows))
+            self._regions.append(made)
+            self.region_device = np.concatenate([self.region_device, made["device"].astype(np.uint16)])
+            self.region_address = np.concatenate([self.region_address, made["address"].astype(np.int64)])
+            region_of_unique[order] = ids
+            merged_keys = np.concatenate([self.keys, unique[order]])
+            sort = np.argsort(merged_keys, kind="stable")
+            self.keys = merged_keys[sort]
+            self.key_region = np.concatenate([self.key_region, ids])[sort]
+        return region_of_unique[inverse]
+
+    def _allocate(
+        self,
+        keys: np.ndarray,
+        size: np.ndarray,
+        place: Callable[[np.ndarray], np.ndarray],
+        meta: Callable[[np.ndarray], dict[str, np.ndarray]],
+    ) -> np.ndarray:
+        """Region of each row's key, new ones bump-allocated: `place(rows)` gives their (shard, unit) as one int
+        array shard * units + unit, `meta(rows)` their description."""
+
+        def bump(rows: np.ndarray) -> dict[str, np.ndarray]:
             slot = place(rows)
             shard, unit_in_shard = slot // self.units_per_shard, slot % self.units_per_shard
             device = self.unit_device[shard, unit_in_shard]
@@ -276,29 +360,22 @@ class TraceMapper:
             local[by_unit] = csum - sz[by_unit] - run_base
             local += self.next_offset[unit]
             np.maximum.at(self.next_offset, unit, local + sz)
-            capacity = self.p.channel_capacity_bytes
-            if int(self.next_offset.max()) > capacity:
-                worst = int(self.next_offset.argmax())
-                raise ConfigError(
-                    f"the trace needs at least {int(self.next_offset.max())} bytes on device "
-                    f"{worst // self.p.channels_per_device} channel {worst % self.p.channels_per_device}, "
-                    f"which holds {capacity} (capacity_per_device_bytes / channels_per_device); "
-                    "add devices or capacity",
-                    where="placement.capacity_per_device_bytes",
-                )
-            address = channel * capacity + local
-            ids = len(self.region_address) + np.arange(len(rows))
-            self._regions.append(
-                {"device": device, "channel": channel, "address": address, "size_bytes": sz, **meta(rows)}
+            self._check_capacity(int(self.next_offset.max()), int(self.next_offset.argmax()))
+            address = channel * self.p.channel_capacity_bytes + local
+            return {"device": device, "channel": channel, "address": address, "size_bytes": sz, **meta(rows)}
+
+        return self._regions_for(keys, bump)
+
+    def _check_capacity(self, need_bytes: int, unit: int) -> None:
+        capacity = self.p.channel_capacity_bytes
+        if need_bytes > capacity:
+            raise ConfigError(
+                f"the trace needs at least {need_bytes} bytes on device "
+                f"{unit // self.p.channels_per_device} channel {unit % self.p.channels_per_device}, "
+                f"which holds {capacity} (capacity_per_device_bytes / channels_per_device); "
+                "add devices or capacity",
+                where="placement.capacity_per_device_bytes",
             )
-            self.region_device = np.concatenate([self.region_device, device.astype(np.uint16)])
-            self.region_address = np.concatenate([self.region_address, address.astype(np.int64)])
-            region_of_unique[order] = ids
-            merged_keys = np.concatenate([self.keys, unique[order]])
-            sort = np.argsort(merged_keys, kind="stable")
-            self.keys = merged_keys[sort]
-            self.key_region = np.concatenate([self.key_region, ids])[sort]
-        return region_of_unique[inverse]
 
     def regions(self) -> RegionTable:
         names = [f.name for f in fields(RegionTable)]
@@ -316,36 +393,43 @@ class TraceMapper:
         )
 
     # -- KV -----------------------------------------------------------------------------------------
-    def _kv_pieces(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
-        """One piece per (record, group, block) touched: region, byte offset, length; in record order."""
-        p = self.p
-        bt, hps = p.kv_block_tokens, self.heads_per_shard
-        head_start = cols["head_start"][idx].astype(np.int64)
-        head_count = cols["head_count"][idx].astype(np.int64)
-        t0 = cols["token_start"][idx].astype(np.int64)
-        tc = cols["token_count"][idx].astype(np.int64)
-        layer = cols["layer"][idx].astype(np.int64)
-        request = cols["request"][idx].astype(np.int64)
+    def _kv_records(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The K/V records' fields as int64, checked: head, token, layer and request ranges, bytes per token and
+        head (`pth`), kind 0 (K) or 1 (V)."""
+        r = {name: cols[name][idx].astype(np.int64)
+             for name in ("head_start", "head_count", "token_start", "token_count", "layer", "request")}
+        head_start, head_count, t0, tc = r["head_start"], r["head_count"], r["token_start"], r["token_count"]
         bad = (
             (head_start < 0)
             | (head_count < 1)
             | (head_start + head_count > self.kv_heads)
             | (t0 < 0)
             | (tc < 0)
-            | (layer < 0)
-            | (request < 0)
+            | (r["layer"] < 0)
+            | (r["request"] < 0)
         )
         if bad.any():
             record = int(idx[np.argmax(bad)])
             raise TraceError("k/v record has an invalid head, token, layer or request range", where=f"record {record}")
         denom = np.maximum(tc * head_count, 1)
         nbytes = cols["bytes"][idx].astype(np.int64)
-        pth = nbytes // denom
-        if (pth * denom != nbytes).any():
-            record = int(idx[np.argmax(pth * denom != nbytes)])
+        r["pth"] = nbytes // denom
+        if (r["pth"] * denom != nbytes).any():
+            record = int(idx[np.argmax(r["pth"] * denom != nbytes)])
             raise TraceError("k/v bytes are not a whole number per token and head", where=f"record {record}")
-        kind = cols["kind"][idx].astype(np.int64) - KIND_K
-        self._check_pth(layer[tc > 0], kind[tc > 0], pth[tc > 0])
+        r["kind"] = cols["kind"][idx].astype(np.int64) - KIND_K
+        self._check_pth(r["layer"][tc > 0], r["kind"][tc > 0], r["pth"][tc > 0])
+        return r
+
+    def _kv_pieces(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+        """One piece per (record, group, block) touched: region, byte offset, length; in record order."""
+        if self.range is not None:
+            return self._range_pieces(cols, idx)
+        p = self.p
+        bt, hps = p.kv_block_tokens, self.heads_per_shard
+        r = self._kv_records(cols, idx)
+        head_start, head_count, t0, tc = r["head_start"], r["head_count"], r["token_start"], r["token_count"]
+        layer, request, pth, kind = r["layer"], r["request"], r["pth"], r["kind"]
         # groups: heads (head_major) or TP shards (token_major) the record touches
         if p.layout == "head_major":
             g_first, g_count = head_start, head_count
@@ -447,6 +531,54 @@ class TraceMapper:
             "offset": offset[keep],
             "length": length[keep],
             "write": write[keep],
+        }
+
+    def _range_pieces(self, cols: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+        """`_kv_pieces` on the range layout (archsim.kvlayout): one piece per (record, head, channel crossed); a
+        region is the K or V block of one chunk."""
+        assert self.range is not None
+        r = self._kv_records(cols, idx)
+        rank = np.searchsorted(self.range_requests, r["request"])
+        known = rank < len(self.range_requests)
+        known[known] = self.range_requests[rank[known]] == r["request"][known]
+        end = r["token_start"] + r["token_count"]
+        beyond = ~known | (end > self.range_tokens[np.minimum(rank, max(len(self.range_tokens) - 1, 0))])
+        if beyond.any():
+            record = int(idx[np.argmax(beyond)])
+            raise TraceError("k/v record lies outside the requests the range layout was built for",
+                             where=f"record {record}")
+        for kind, row in ((0, self.range.k_row_bytes), (1, self.range.v_row_bytes)):
+            wrong = (r["kind"] == kind) & (r["token_count"] > 0) & (r["pth"] != row)
+            if wrong.any():
+                record = int(idx[np.argmax(wrong)])
+                raise TraceError(f"{'kv'[kind]} bytes per token and head ({int(r['pth'][np.argmax(wrong)])}) differ "
+                                 f"from the layout's row ({row})", where=f"record {record}")
+        owner, k = _segments(r["head_count"])
+        head = r["head_start"][owner] + k
+        pieces = self.range.pieces(rank[owner] * self.kv_heads + head, r["token_start"][owner],
+                                   r["token_count"][owner], r["kind"][owner] == 1, r["layer"][owner])
+        o = owner[pieces["owner"]]
+        h = head[pieces["owner"]]
+        key = (rank[o] + 1) << (_KEY_BITS["layer"] + _KEY_BITS["kind"] + _KEY_BITS["group"] + _KEY_BITS["block"])
+        key |= ((r["layer"][o] + 1) << 1 | r["kind"][o]) << (_KEY_BITS["group"] + _KEY_BITS["block"])
+        key |= h << _KEY_BITS["block"] | pieces["split"]
+        cpd, g = self.p.channels_per_device, self.p.access_granularity_bytes
+
+        def new_regions(rows: np.ndarray) -> dict[str, np.ndarray]:
+            unit = pieces["channel"][rows]
+            return {"device": unit // cpd, "channel": unit % cpd,
+                    "address": unit % cpd * self.p.channel_capacity_bytes + pieces["block"][rows],
+                    "size_bytes": (pieces["block_bytes"][rows] + g - 1) // g * g,
+                    "what": r["kind"][o[rows]], "request": r["request"][o[rows]], "layer": r["layer"][o[rows]],
+                    "group": h[rows], "block": pieces["split"][rows]}
+
+        region = self._regions_for(key, new_regions)
+        return {
+            "record": idx[o],
+            "region": region,
+            "offset": pieces["offset"] - pieces["block"],
+            "length": pieces["length"],
+            "write": cols["op"][idx][o] == OP_WRITE,
         }
 
     def _check_pth(self, layer: np.ndarray, kind: np.ndarray, pth: np.ndarray) -> None:
@@ -625,12 +757,17 @@ def kv_heads_from_header(header: Mapping[str, Any], where: str = "header") -> in
 def mapper_for(trace: LogicalTrace, placement: PoolPlacement, *, issue_interval_cycles: int = 1) -> TraceMapper:
     """A mapper set up from a trace's header (KV heads, shared prefix, operator weight sizes)."""
     header = trace.header
+    rows = None
+    if placement.layout == "range":  # the cut needs every request's length first: one pass over seven columns
+        rows = RangeRows.scan(trace.chunks(["kind", "request", "token_start", "token_count", "head_count", "layer",
+                                            "bytes"]))
     return TraceMapper(
         placement,
         kv_heads=kv_heads_from_header(header),
         shared_prefix_tokens=int(header.get("shared_prefix_tokens", 0) or 0),
         operator_weight_bytes=trace.operator_weight_bytes,
         issue_interval_cycles=issue_interval_cycles,
+        range_rows=rows,
     )
 
 
@@ -681,6 +818,7 @@ def map_columns(
         shared_prefix_tokens=int(header.get("shared_prefix_tokens", 0) or 0),
         operator_weight_bytes=operator_weight_bytes,
         issue_interval_cycles=issue_interval_cycles,
+        range_rows=RangeRows.scan([columns]) if placement.layout == "range" else None,
     )
     parts = list(mapper.iter_chunk(columns))
     return PhysicalStreams(**_concat(parts), regions=mapper.regions(), placement=mapper.p)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from archsim.interconnect.flows import Flow
+    from archsim.kvlayout import KvGeometry
     from archsim.system.attention import PoolAttentionTime
     from archsim.system.config import GpuConfig, SystemConfig
-    from archsim.system.kvstream import KvGeometry
     from archsim.system.links import LayerTraffic
     from archsim.system.pooldram import PoolDram
     from archsim.system.qos import QosResult

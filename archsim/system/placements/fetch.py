@@ -19,8 +19,8 @@ from archsim.system.placements.pool import pool_dram, pool_infeasible
 
 if TYPE_CHECKING:
     from archsim.interconnect.flows import Flow
+    from archsim.kvlayout import KvGeometry
     from archsim.system.config import GpuConfig, SystemConfig
-    from archsim.system.kvstream import KvGeometry
 
 
 class FetchPlacement(Placement):

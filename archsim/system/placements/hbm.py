@@ -8,8 +8,8 @@ from archsim.system.gpu import roofline_ns
 from archsim.system.placements.base import Breakdown, LayerContext, LayerTimes, Placement
 
 if TYPE_CHECKING:
+    from archsim.kvlayout import KvGeometry
     from archsim.system.config import GpuConfig, SystemConfig
-    from archsim.system.kvstream import KvGeometry
 
 
 class HbmPlacement(Placement):

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from archsim.kvlayout import KvGeometry, channel_share, kv_geometry
 from archsim.system.attention import PoolAttentionTime, pool_attention_time
 from archsim.system.gpu import gpu_layer_time, gpu_work
-from archsim.system.kvstream import KvGeometry, channel_share, kv_geometry
 from archsim.system.links import LayerTraffic, pnm_flows, pnm_traffic
 from archsim.system.placements.base import Breakdown, LayerContext, LayerTimes, Placement
 from archsim.system.placements.pool import pool_dram, pool_infeasible, qos_study

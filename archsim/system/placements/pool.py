@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from archsim.kvlayout import KvGeometry, channel_footprint_bytes, channel_share
 from archsim.system.config import SystemConfig
-from archsim.system.kvstream import KvGeometry, channel_footprint_bytes, channel_share, channel_stream
+from archsim.system.kvstream import channel_stream
 from archsim.system.pooldram import PoolDram, full_layer, sampled_layer
 from archsim.system.qos import QosResult, qos_memory, run_study
 
