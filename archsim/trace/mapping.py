@@ -31,9 +31,10 @@ Activations and "other" stay on the GPU and produce no pool traffic.
 Sources: writes and weight reads come from the host (0); KV reads come from the PNM (1) when
 attention_on="pnm", else from the host (the no-PNM baseline fetches KV back to the GPU).
 
-Why one module of about 680 lines: `TraceMapper` keeps the region table, the block tables and the stream
-cursor of one mapping, which every vectorized step (KV blocks, prefix sharing, weights, issue times) reads
-and advances chunk after chunk; the placement and region types beside it are its inputs and outputs.
+Why one module of about 820 lines: `TraceMapper` keeps the region table, the block tables and the stream
+cursor of one mapping, which every vectorized step (KV blocks of the three layouts, prefix sharing, weights,
+issue times) reads and advances chunk after chunk; the placement and region types beside it are its inputs and
+outputs. The range layout's arithmetic lives in archsim/kvlayout.py; here is only its region bookkeeping.
 """
 
 from __future__ import annotations
