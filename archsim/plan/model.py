@@ -18,7 +18,7 @@ decode-step time, bytes moved and energy per token, from peak rates and even lin
 
 This module imports nothing from the memory core, the timed PNM unit, the pool DRAM replay or the step model,
 and needs no numba: its inputs are plain numbers that archsim.plan.inputs reads from a system and workload.
-About 510 lines, one module: every term above reads the same inputs and the prediction adds them up.
+About 530 lines, one module: every term above reads the same inputs and the prediction adds them up.
 """
 
 from __future__ import annotations

@@ -273,7 +273,6 @@ class _Engine:
         k = self.spec.instances
         self.waiting = [deque() for _ in range(k)]
         self.running: list[list[int]] = [[] for _ in range(k)]
-        self.nloading = [0] * k
         self.landing: list[set[int]] = [set() for _ in range(k)]  # sequences whose KV is in flight to it
         self.busy = [False] * k
         self.parts_left = [0] * k
@@ -443,7 +442,7 @@ class _Engine:
                 self._add_prefill(r, chunk, t, ids, news, prefill)
                 budget -= chunk
         waiting = self.waiting[i]
-        while waiting and budget > 0 and len(run) + self.nloading[i] < self.spec.max_batch_seqs:
+        while waiting and budget > 0 and len(run) + len(self.landing[i]) < self.spec.max_batch_seqs:
             chunk = self._admit(i, waiting[0], t, budget)
             if chunk is None:
                 break
@@ -762,7 +761,6 @@ class _Engine:
         self.tier_write[dest] += size
         self.running[i].remove(r)
         self.state[r] = LOADING
-        self.nloading[i] += 1
         self.landing[i].add(r)
         self.xfers_left[r] = 1
         self._transfer(self.pool_tier, size, X_MOVE, r, t)   # timed on the PNM tier's link either way
@@ -804,7 +802,6 @@ class _Engine:
             self.xfers_left[r] += 1
         self.state[r] = LOADING
         self.load_start[r] = t
-        self.nloading[i] += 1
         self.landing[i].add(r)
 
     def _take_over(self, i: int, r: int, t: float) -> int | None:
@@ -860,7 +857,6 @@ class _Engine:
         self.xfers_left[r] = 1
         self.swapped[r] = False
         self.state[r] = LOADING
-        self.nloading[i] += 1
         self.landing[i].add(r)
         return 0
 
@@ -1026,7 +1022,6 @@ class _Engine:
                 keys = self._seq_keys(who, int(self.admit_cached[who]))
                 self.pending[i][int(self.res[who])].difference_update(keys.tolist())
             self.state[who] = RUNNING
-            self.nloading[i] -= 1
             self.landing[i].discard(who)
             self.running[i].append(who)
             self._schedule(i, t)
