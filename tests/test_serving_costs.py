@@ -40,24 +40,27 @@ def _run(name: str, overrides: list[str], requests: int):
 
 
 def _off_grid(table, mixes, count: int):
-    picked, seen = [], set()
+    """`count` distinct off-grid iterations, a third of them (where the run has them) with prefill chunks."""
+    pure, mixed, seen = [], [], set()
     for cached, new in mixes:
         decoding = new == 1
-        key = (int(decoding.sum()), int(cached[decoding].sum()))
+        key = (int(decoding.sum()), int(cached[decoding].sum()), int(new[~decoding].sum()))
         if key[0] and key not in seen and key[0] not in table.seq_grid and key[1] not in table.token_grid:
             seen.add(key)
-            picked.append((cached, new))
-    step = max(1, len(picked) // count)
-    return picked[::step][:count]
+            (mixed if key[2] else pure).append((cached, new))
+    mixed = mixed[:: max(1, len(mixed) // (count // 3))][: count // 3]
+    pure = pure[:: max(1, len(pure) // (count - len(mixed)))][: count - len(mixed)]
+    return mixed + pure
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "overrides"), [("g25", []), ("g25-nopnm", ["system.kv.decode=stream"])])
+@pytest.mark.parametrize(("name", "overrides"), [("g25", []), ("g25-nopnm", []),
+                                                 ("g25-nopnm", ["system.kv.decode=stream"])])
 def test_interpolated_iterations_match_the_step_model(name, overrides):
     system, workload, table, mixes = _run(name, overrides, 400)
     picked = _off_grid(table, mixes, 100)
-    assert len(picked) >= 50, len(picked)
-    assert any((new > 1).any() for _, new in picked) or any((new > 1).any() for _, new in mixes)
+    assert len(picked) == 100
+    assert sum(bool((new > 1).any()) for _, new in picked) == 33  # prefill chunks beside decode tokens
     errors = []
     for cached, new in picked:
         exact = mixed_step(system, workload, cached, new).time_ns
@@ -65,6 +68,8 @@ def test_interpolated_iterations_match_the_step_model(name, overrides):
     assert max(errors) <= 0.03, max(errors)
     # the table's own check at the run's iterations agrees with the bound it declares
     assert table.declaration()["max_rel_error_measured"] <= 0.03
+    if system.attention != "pnm" and system.kv_decode != "stream":
+        return  # decode reads its KV from HBM (a roofline): no pool DRAM to replay
     # the grid points were real decode-step runs with the pool's DRAM replayed
     d, n = next(iter(table._terms))
     terms = decode_terms(system, workload, d, n // d)
