@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from archsim.dram.spec import peak_bandwidth_GBps
 from archsim.errors import ConfigError
 from archsim.kvlayout import kv_bytes_per_token
 from archsim.models import ModelShape, dtype_bytes
@@ -45,6 +46,14 @@ def serving_workload(system: SystemConfig, shape: ModelShape, dtype: str, max_co
     return instance_workload(base, instances)
 
 
+def pool_peak_GBps(system: SystemConfig) -> float:
+    """Every pseudo-channel of every pool device moving data every cycle (0 without a modelled pool)."""
+    if system.pool is None:
+        return 0.0
+    memory = system.pool.memory
+    return system.pool.devices * peak_bandwidth_GBps(memory.organization, memory.timing)
+
+
 def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> ServingSpec:
     serving = system.serving
     assert serving is not None and workload.instances is not None
@@ -73,7 +82,8 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
         kv_bytes_per_token=kv_bytes_per_token(workload.shape, workload.dtype), tiers=tuple(tiers), kv_home=home,
         max_context_tokens=max_context, decode=system.kv_decode, disaggregated=serving.prefill_instances > 0,
         prefill_instances=serving.prefill_instances,
-        placement="auto" if system.kv_placement == "auto" else "fixed", replan_tokens=system.kv_replan_tokens)
+        placement="auto" if system.kv_placement == "auto" else "fixed", replan_tokens=system.kv_replan_tokens,
+        pool_dram_GBps=pool_peak_GBps(system))
     try:
         validate(spec)
     except ConfigError as exc:

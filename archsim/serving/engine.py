@@ -52,6 +52,7 @@ from archsim.serving.kvcache import LRUTier, TieredPrefixCache
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
 from archsim.serving.transfers import LinkSharing, links_of_tiers
+from archsim.serving.utilization import Intervals, utilization_over_time
 
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
 EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
@@ -101,6 +102,7 @@ class ServingResult:
     home_tier: np.ndarray | None = None  # placement auto: int8[n], the tier its KV was last admitted to
     moves: np.ndarray | None = None      # placement auto: int64[n], moves between HBM and the PNM tier
     move_bytes: float = 0.0
+    utilization: dict | None = None      # links and pool DRAM over time (archsim.serving.utilization)
 
     @property
     def mean_inflight(self) -> float:
@@ -211,6 +213,10 @@ class _Engine:
         self.written_bytes = dict.fromkeys(self.link_spec, 0.0)
         self.transfer_of: dict[int, tuple[int, int]] = {}     # transfer id -> (what, who)
         self.link_version = 0
+        pools = [k for k, tier in enumerate(self.spec.tiers) if tier.kind == "pool"]
+        self.pool_index = pools[0] if pools else -1
+        self.pool_bytes = Intervals() if pools else None       # what the pool's DRAM served, when
+        self.pool_transfer: dict[int, tuple[float, float]] = {}  # timed transfer id -> (start ns, bytes)
 
     def _build_caches(self) -> None:
         spec = self.spec
@@ -466,6 +472,7 @@ class _Engine:
         instance's batch (an arrival, a transfer, or any iteration end when instances share KV room or a
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
+        t_start = t
         bound = self.heap[0][0] if self.heap else math.inf
         if self.iter_heap:
             others = self.iter_heap[0][0]
@@ -508,6 +515,13 @@ class _Engine:
                 self.tier_write[self.base + v] += size
                 if self.base + v > 0:
                     self.written_bytes[self.link_of_tier[self.base + v]] += size
+            if self.pool_bytes is not None:
+                on_pool = self.base + res == self.pool_index
+                n = int(on_pool.sum())
+                if n:  # step j reads ctx0 + j tokens of each sequence and appends one
+                    first = float((ctx[on_pool] - done).sum())
+                    tokens = done * first + n * done * (done - 1) / 2 + n * done
+                    self.pool_bytes.add(t_start, t, tokens * self.kvb)
         return t
 
     def _add_prefill(self, r: int, chunk: int, t: float, ids: list, news: list, prefill: list) -> None:
@@ -619,6 +633,7 @@ class _Engine:
         if self.spec.preemption == "swap" and below < self.T:
             size = float(self.ctx[r] * self.kvb)
             self._transfer(below, size, X_WRITE, r, t)
+            self._pool_write(below, size, t)
             self.tier_write[below] += size
             self.swap_out_bytes += size
             self.swapped[r] = True
@@ -875,6 +890,10 @@ class _Engine:
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
+        if self.pool_bytes is not None:            # the pool's KV read (decode, prefixes, streams) and appended
+            on_pool = self.base + self.res[ids] == self.pool_index
+            if on_pool.any():
+                self.pool_bytes.add(t, t + compute_ns, float((cached[on_pool] + news[on_pool]).sum() * self.kvb))
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         written = news * self.kvb
@@ -955,6 +974,7 @@ class _Engine:
         size = float((lower.counters.insertions - before) * self.block_bytes)
         self.tier_write[1] += size
         self._transfer(1, size, X_WRITE, r, t)
+        self._pool_write(1, size, t)
 
     def _complete(self, i: int, r: int, t: float) -> None:
         self.last_ns[r] = t
@@ -984,15 +1004,23 @@ class _Engine:
         if size_bytes <= 0:
             return False
         name = self.link_of_tier[tier]
+        on_pool = self.pool_bytes is not None and tier == self.pool_index
         if what == X_WRITE:
             self.written_bytes[name] += size_bytes
             return False
         tid = self.links.start(name, size_bytes, t)
         self.transfer_of[tid] = (what, who)
+        if on_pool and what != X_ITER:                 # a streamed read counts with its iteration
+            self.pool_transfer[tid] = (t, size_bytes)
         if self.activity is not None:
             self.activity.transfer_started(tid, name, size_bytes, what, t)
         self._recheck_links()
         return True
+
+    def _pool_write(self, tier: int, size_bytes: float, t: float) -> None:
+        """A write into the pool that takes no link time (write-through, swap-out) counts at its instant."""
+        if self.pool_bytes is not None and tier == self.pool_index:
+            self.pool_bytes.add(t, t, size_bytes)
 
     def _recheck_links(self) -> None:
         self.link_version += 1
@@ -1007,6 +1035,9 @@ class _Engine:
             if self.activity is not None:
                 self.activity.transfer_done(tid, t)
             self._transfer_done(*self.transfer_of.pop(tid), t)
+            started = self.pool_transfer.pop(tid, None)
+            if started is not None:
+                self.pool_bytes.add(started[0], t, started[1])
         self._recheck_links()
 
     def _transfer_done(self, what: int, who: int, t: float) -> None:
@@ -1081,4 +1112,9 @@ class _Engine:
             inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
             cache_stats=stats, wall_s=wall_s, activity=self.activity.arrays() if self.activity is not None else None,
             home_tier=self.res.astype(np.int8) if self.auto else None, moves=self.moves.copy() if self.auto else None,
-            move_bytes=self.move_bytes)
+            move_bytes=self.move_bytes, utilization=self._utilization())
+
+    def _utilization(self) -> dict | None:
+        busy = {name: self.links.busy_periods(name) for name in self.link_spec}
+        pool = self.pool_bytes.arrays() if self.pool_bytes is not None else None
+        return utilization_over_time((self.span_start, self.span_end), busy, pool, self.spec.pool_dram_GBps)

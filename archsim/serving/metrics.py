@@ -73,6 +73,7 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
                        for t, tier in enumerate(result.spec.tiers)},
         "link_bytes": dict(result.link_bytes),
         "link_utilization": _utilization(result),
+        "utilization_over_time": result.utilization,
         "iterations": int(result.iterations),
         "events": int(result.events),
         "events_per_s": float(result.events / result.wall_s) if result.wall_s > 0 else None,

@@ -58,6 +58,7 @@ class ServingSpec:
     # whenever its context crosses a multiple of replan_tokens (archsim.plan.place); fixed: all in kv_home
     placement: str = "fixed"
     replan_tokens: int = 8192
+    pool_dram_GBps: float = 0.0     # the modelled pool's peak DRAM bandwidth (0: no pool), for utilization over time
 
     @property
     def block_bytes(self) -> int:

@@ -74,12 +74,19 @@ class _LinkState:
         self.active: list[tuple[float, int]] = []  # (s at finish, id)
         self.pending: deque[tuple[float, int, float]] = deque()  # (data-phase entry ns, id, size bytes)
         self.counters = LinkCounters()
+        self.busy_from: list[float] = []  # the busy periods, adjacent ones merged (utilization over time)
+        self.busy_to: list[float] = []
 
     def elapse(self, t_ns: float) -> None:
         n = len(self.active)
         if n and t_ns > self.t_ns:
             self.s += (t_ns - self.t_ns) * self.bw / n
             self.counters.busy_ns += t_ns - self.t_ns
+            if self.busy_to and self.busy_to[-1] == self.t_ns:
+                self.busy_to[-1] = t_ns
+            else:
+                self.busy_from.append(self.t_ns)
+                self.busy_to.append(t_ns)
         self.t_ns = t_ns
 
     def finish_ns(self) -> float:
@@ -193,6 +200,11 @@ class LinkSharing:
 
     def counters(self, link: str) -> LinkCounters:
         return self._links[link].counters
+
+    def busy_periods(self, link: str) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end (ns) of each period the link moved data, in time order."""
+        state = self._links[link]
+        return np.array(state.busy_from, dtype=np.float64), np.array(state.busy_to, dtype=np.float64)
 
     def bytes_by_link(self) -> dict[str, float]:
         """Bytes of the transfers completed so far, per link (the run totals the results report)."""
