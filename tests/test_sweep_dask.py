@@ -92,3 +92,40 @@ def test_a_bad_scheduler_address_is_one_line(tmp_path):
     assert "--scheduler: expected tcp://HOST:PORT or local:N" in line
 
 
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reply", [b"", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" * 64],
+                         ids=["silent", "other-protocol"])
+def test_a_peer_that_is_no_scheduler_is_one_line_within_the_timeout(tmp_path, reply):
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    held = []
+
+    def serve() -> None:  # accept, say something else or nothing, and keep the connection open
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if reply:
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        start = time.perf_counter()
+        result = _run(str(_spec(tmp_path)), "--scheduler", f"tcp://127.0.0.1:{server.getsockname()[1]}",
+                      "--connect-timeout", "2", "--out", str(tmp_path / "out"))
+        assert time.perf_counter() - start < 15
+        line = _error_line(result)
+        assert "--scheduler: no Dask scheduler answered at tcp://127.0.0.1:" in line and "within 2 s" in line, line
+        assert not (tmp_path / "out").exists()
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()

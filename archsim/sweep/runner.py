@@ -243,6 +243,29 @@ def _local_executor(workers: int):  # noqa: ANN202 - a context manager over (sub
     return pool, as_completed
 
 
+def _connect(client_type: Any, scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - distributed.Client
+    """A client of the scheduler at `scheduler`, or one line within the timeout. The connection runs in a thread
+    the caller stops waiting for: a peer that accepts and never answers, or answers in another protocol, can hold
+    distributed's handshake far past its own timeout (or make it allocate what a garbage header asks for)."""
+    box: dict[str, Any] = {}
+
+    def connect() -> None:
+        try:
+            box["client"] = client_type(scheduler, timeout=f"{connect_timeout_s}s")
+        except BaseException as exc:  # noqa: BLE001 - whatever the peer caused, reported below as one line
+            box["error"] = exc
+
+    thread = threading.Thread(target=connect, name="dask-connect", daemon=True)
+    thread.start()
+    thread.join(connect_timeout_s + 1.0)  # distributed's own timeout error, if it comes, comes first
+    if "client" in box:
+        return box["client"]
+    error = box.get("error")
+    why = (_one_line(error) or type(error).__name__)[:200] if error is not None else "no answer"
+    raise ConfigError(f"no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s ({why})",
+                      where="--scheduler")
+
+
 def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - distributed.Client
     try:
         from distributed import Client, LocalCluster
@@ -255,11 +278,7 @@ def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - di
         cluster = LocalCluster(n_workers=int(text), threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
     elif scheduler.startswith("tcp://"):
-        try:
-            client = Client(scheduler, timeout=f"{connect_timeout_s}s")
-        except (OSError, TimeoutError) as exc:
-            raise ConfigError(f"no Dask scheduler answered at {scheduler} within {connect_timeout_s:g} s "
-                              f"({_one_line(exc) or type(exc).__name__})", where="--scheduler") from None
+        client = _connect(Client, scheduler, connect_timeout_s)
     else:
         raise ConfigError(f"expected tcp://HOST:PORT or local:N, got {scheduler!r}", where="--scheduler")
     client.run(warm_worker)
