@@ -378,3 +378,14 @@ def test_timeout_and_memory_cap_fail_a_point_and_the_sweep_goes_on(tmp_path):
     late = run_point("serve", serve, [], 0.5, None)
     assert late["status"] == "failed: timeout after 0.5 s" and late["wall_s"] < 5
     assert run_point("simulate", inputs, ["workload.instances=1"], None, None)["result"] == ok["result"]
+
+
+def test_an_infeasible_status_names_shipped_files_as_every_checkout_does():
+    from archsim.resources import SOURCE_ROOT
+    from archsim.sweep.runner import run_point
+
+    inputs = {"system": "g25", "workload": "llama3-70b-b16", "contexts": "32K"}
+    point = run_point("simulate", inputs, ["system.pool.memory.timing.tRCDRD=200ns"], None, None)
+    assert point["status"].startswith("infeasible: configs/systems/g25.yaml: system.pool.memory: memory config "
+                                      "configs/memory/hbm3e.yaml: "), point["status"]
+    assert str(SOURCE_ROOT) not in point["status"]

@@ -88,6 +88,17 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
+def _shipped_paths(text: str) -> str:
+    """`text` with the shipped files it names (a memory config inside a system's message) by their paths inside
+    the data root, as display_path names them."""
+    from archsim.resources import DATA_DIRS, SOURCE_ROOT, data_root
+
+    for root in {data_root(), SOURCE_ROOT}:
+        for name in DATA_DIRS:
+            text = text.replace(f"{root.resolve()}{os.sep}{name}{os.sep}", f"{name}/")
+    return text
+
+
 def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
               timeout_s: float | None, memory_cap_bytes: int | None = None) -> dict[str, Any]:
     """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host."""
@@ -111,10 +122,11 @@ def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
         from archsim.resources import display_path
 
         # shipped files by their repository path: rows are the same from checkouts in other places
-        located = ConfigError(exc.detail, file=display_path(exc.file) if exc.file else None, where=exc.where)
+        located = ConfigError(_shipped_paths(exc.detail), file=display_path(exc.file) if exc.file else None,
+                              where=exc.where)
         status = f"infeasible: {_one_line(located)}"
     except ArchsimError as exc:
-        status = f"failed: {_one_line(exc)}"
+        status = f"failed: {_shipped_paths(_one_line(exc))}"
     except Exception as exc:  # a bug at one point must not stop the sweep; the row says what happened
         status = f"failed: internal error: {type(exc).__name__}: {_one_line(exc)}"
     return {"status": status, "result": tree, "wall_s": round(time.perf_counter() - start, 3),
