@@ -74,6 +74,23 @@ def test_compare_writes_the_contract_deterministically_and_a_plot(tmp_path):
     assert "g15-nopnm" in result.output and "infeasible" in result.output
 
 
+def test_compare_takes_the_same_set_as_simulate(tmp_path):
+    sets = ("--set", "workload.batch=2", "--set", "system.gpus.count=8")
+    trees = []
+    for command, systems in (("compare", ("gpu-hbm", "g25-nopnm")), ("simulate", ("gpu-hbm",)),
+                             ("simulate", ("g25-nopnm",))):
+        out = tmp_path / f"{command}-{len(trees)}.json"
+        result = _run(command, *systems, "--workload", "llama3-8b-b1", "--contexts", "4K", *sets, "--json", str(out),
+                      "--quiet")
+        assert result.exit_code == 0, result.output
+        trees.append(json.loads(out.read_text()))
+    both, alone = trees[0]["results"], [trees[1]["results"][0], trees[2]["results"][0]]
+    assert [r["decode_step_ns"] for r in both] == [r["decode_step_ns"] for r in alone]
+    assert trees[0]["workload"]["batch"] == 2
+    line = _error_line(_run("compare", "gpu-hbm", "--workload", "llama3-8b-b1", "--set", "workload.bacth=2"))
+    assert "workload.bacth" in line
+
+
 def test_simulate_takes_its_workload_from_a_logical_trace(tmp_path):
     out = tmp_path / "trace.json"
     result = _run("simulate", "g25", "--trace", str(REPO / "traces/qwen2.5-0.5b_2l_decode.npz"), "--json", str(out))

@@ -126,12 +126,16 @@ def simulate(system: str, workload_path: str | None, trace_path: str | None, con
 @click.option("--contexts", help="Comma-separated contexts, e.g. 4K,32K,128K (default: the workload's).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the archsim.system/2 tree here.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a latency/energy plot (PNG).")
+@click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
+              help="Override a value of every system or of the workload, e.g. system.pool.devices=4, "
+              "workload.batch=8 (repeatable).")
 @click.option("--timeline", "timeline_path", type=click.Path(dir_okay=False),
               help="Write each decode step, layer by layer, critical and overlapped terms, as a Chrome trace.")
 @click.option("--timeline-window", metavar="START:END", help="Only this part of the step in the timeline (e.g. 0:2ms).")
 @click.option("--quiet", is_flag=True, help="No table.")
 def compare(systems: Sequence[str], workload_path: str, contexts: str | None, json_path: str | None,
-            plot_path: str | None, quiet: bool, timeline_path: str | None, timeline_window: str | None) -> None:
+            plot_path: str | None, overrides: tuple[str, ...], quiet: bool, timeline_path: str | None,
+            timeline_window: str | None) -> None:
     """Several systems side by side on one workload: a table, JSON and a plot per system and context."""
     from archsim.outputs import OutputPlan
     from archsim.report.output import write_json
@@ -141,8 +145,9 @@ def compare(systems: Sequence[str], workload_path: str, contexts: str | None, js
     from archsim.system.workload import load_workload
 
     start = time.perf_counter()
-    configs = load_system_configs(systems)
-    workload = load_workload(workload_path)
+    system_sets, workload_sets = split_overrides(overrides)
+    configs = load_system_configs(systems, system_sets)
+    workload = load_workload(workload_path, workload_sets)
     outputs = OutputPlan(inputs=_inputs(configs, workload))
     outputs.add(json_path, "--json")
     outputs.add(plot_path, "--plot", kind="plot")
