@@ -106,6 +106,8 @@ def test_ranges_log_ranges_and_random_search(tmp_path):
         {"system.pool.memory.timing.tFAWx": ["40ns"]}), "sweep.axes.system.pool.memory.timing.tFAWx", "no such key"),
     (lambda s: s["objectives"][0].update({"key": "ttft_ms.p99"}), "sweep.objectives[0].key", "no key 'ttft_ms.p99'"),
     (lambda s: s.update({"command": "nope"}), "sweep.command", "unknown command"),
+    (lambda s: s["objectives"][0]["select"].update({"system": "g99"}), "sweep.objectives[0].select.system",
+     "selects system 'g99', which the sweep does not run (it runs gpu-hbm)"),
     (lambda s: s["zip"][0].update({"workload.tensor_parallel": [1]}), "sweep.zip[0]", "equal lengths"),
 ])
 def test_bad_spec_is_one_line_naming_the_file_and_key(tmp_path, edit, where, words):
@@ -389,3 +391,16 @@ def test_an_infeasible_status_names_shipped_files_as_every_checkout_does():
     assert point["status"].startswith("infeasible: configs/systems/g25.yaml: system.pool.memory: memory config "
                                       "configs/memory/hbm3e.yaml: "), point["status"]
     assert str(SOURCE_ROOT) not in point["status"]
+
+
+def test_a_selected_system_may_come_from_an_axis_or_a_path(tmp_path):
+    def on_axis(s):
+        s["inputs"].pop("system")
+        s["axes"]["system"] = ["gpu-hbm", "g25"]
+        s["objectives"][0]["select"]["system"] = "g25"
+    assert load_spec(_spec(tmp_path, on_axis)).objectives[0].select == (("system", "g25"), ("context", 4096))
+
+    def by_path(s):  # named inside its YAML: not checked before the points run
+        s["inputs"]["system"] = str(REPO / "configs/systems/gpu-hbm.yaml")
+        s["objectives"][0]["select"]["system"] = "anything"
+    assert load_spec(_spec(tmp_path, by_path, "p.yaml")).objectives[0].select[0] == ("system", "anything")

@@ -282,7 +282,36 @@ def spec_from_mapping(tree: Any, *, file: str) -> SweepSpec:
     for missing in (k for k in cmd.required if k not in inputs and k not in spec.axis_keys):
         raise root.error("inputs", f"the {cmd.name} command needs the input {missing!r} (in inputs or as an axis)")
     _check_axis_keys(spec, root)
+    _check_selected_systems(spec, root)
     return spec
+
+
+def _check_selected_systems(spec: SweepSpec, root: Section) -> None:
+    """A `select.system` must name a system the sweep runs, when its systems are shipped presets (named as their
+    files; a system given by path is named inside its YAML and is not read here)."""
+    from archsim.system.config import resolve_system_path
+
+    names: set[str] = set()
+    for key in ("system", "systems"):
+        given = [spec.inputs[key]] if key in spec.inputs else []
+        given += [v[axis.keys.index(key)] for axis in spec.axes if key in axis.keys for v in axis.values]
+        for value in given:
+            names.update([value] if isinstance(value, str) else list(value))
+    renamed = any(o.strip().startswith("system.name=") for o in spec.base_overrides) or "system.name" in spec.axis_keys
+    if renamed or not names or any("/" in n or n.endswith((".yaml", ".yml")) for n in names):
+        return
+    try:
+        if not all(resolve_system_path(n).stem == n for n in names):
+            return
+    except ConfigError:  # an unknown system: the point reports it as the command does
+        return
+    for kind, selectors in (("objectives", spec.objectives), ("constraints", spec.constraints)):
+        for i, selector in enumerate(selectors):
+            system = dict(selector.select).get("system")
+            if system is not None and system not in names:
+                raise ConfigError(f"selects system {system!r}, which the sweep does not run (it runs "
+                                  f"{', '.join(sorted(names))})", file=spec.file,
+                                  where=f"{root.where(kind)}[{i}].select.system")
 
 
 def _list(root: Section, key: str) -> list[Any]:
