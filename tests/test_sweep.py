@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
+import math
 import os
 import random
 import signal
@@ -365,6 +367,11 @@ def test_serve_points_with_seed_replicas_match_the_serve_command(tmp_path):
     assert float(rows[3]["gpu-hbm.ttft_ms.p99"]) == entry["ttft_ms"]["p99"]
     assert float(rows[3]["gpu-hbm.energy_J_per_token"]) == entry["energy_J_per_token"]
     assert rows[0]["gpu-hbm.ttft_ms.p99"] != rows[1]["gpu-hbm.ttft_ms.p99"]  # replicas differ by seed
+    groups = _rows(tmp_path / "out" / "replicas.csv")
+    assert [(g["scenario.arrivals.rate_per_s"], g["replicas"]) for g in groups] == [("1.0", "2"), ("4.0", "2")]
+    p99 = [float(r["gpu-hbm.ttft_ms.p99"]) for r in rows[2:]]
+    assert float(groups[1]["gpu-hbm.ttft_ms.p99.mean"]) == pytest.approx(sum(p99) / 2, rel=1e-12)
+    assert float(groups[1]["gpu-hbm.ttft_ms.p99.ci95"]) == pytest.approx(12.706 * abs(p99[0] - p99[1]) / 2, rel=1e-9)
 
 
 @pytest.mark.slow
@@ -404,3 +411,21 @@ def test_a_selected_system_may_come_from_an_axis_or_a_path(tmp_path):
         s["inputs"]["system"] = str(REPO / "configs/systems/gpu-hbm.yaml")
         s["objectives"][0]["select"]["system"] = "anything"
     assert load_spec(_spec(tmp_path, by_path, "p.yaml")).objectives[0].select[0] == ("system", "anything")
+
+
+def test_replicas_are_their_mean_and_95_percent_interval():
+    from archsim.sweep.replicas import mean_ci95, replicas_text
+
+    mean, half = mean_ci95([1.0, 2.0, 6.0])
+    assert mean == 3.0 and half == pytest.approx(4.303 * math.sqrt(7.0) / math.sqrt(3.0))
+    assert mean_ci95([5.0]) == (5.0, None)
+    points = [{"rate": r, "seed": s} for r in (1, 2) for s in (0, 1, 2)]
+    flats = [{"system": "g25", "ttft_ms.p99": float(i), "note": "x"} for i in range(6)]
+    statuses = ["ok"] * 5 + ["failed: timeout after 1 s"]
+    text = replicas_text(("rate", "seed"), points, flats, statuses)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert list(rows[0]) == ["rate", "replicas", "ttft_ms.p99.mean", "ttft_ms.p99.ci95"]
+    assert (rows[0]["rate"], rows[0]["replicas"], float(rows[0]["ttft_ms.p99.mean"])) == ("1", "3", 1.0)
+    assert float(rows[0]["ttft_ms.p99.ci95"]) == pytest.approx(4.303 * 1.0 / math.sqrt(3.0))
+    assert (rows[1]["replicas"], float(rows[1]["ttft_ms.p99.mean"])) == ("2", 3.5)  # the failed replica left out
+    assert replicas_text(("rate",), points[:1], flats[:1], statuses[:1]) is None

@@ -4,6 +4,9 @@ Points run in-process through the command's own functions (archsim.sweep.command
 and loads the memory kernel from numba's cache once, in its initializer, not per point. The main process alone
 writes the store, one transaction per point as each result arrives, so killing it at any instant loses at most
 the points still in flight, which `--resume` computes again.
+
+Why one module of about 500 lines: the point runner, the two executors and the outputs (points, Pareto front,
+replicas, sensitivity plots) all read one spec, one store and its rows in the order the spec plans them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import ArchsimError, ConfigError
+from archsim.sweep.replicas import replicas_text
 from archsim.sweep.spec import SweepSpec
 from archsim.sweep.store import Store, point_key
 
@@ -404,6 +408,12 @@ def _write_outputs(spec: SweepSpec, out_dir: Path, planned: list[PlannedPoint], 
     outputs.add(out_dir / "points.csv", "points.csv")
     outputs.write(out_dir / "points.csv", lambda tmp: tmp.write_text(text))
     ordered = [rows[p.key] for p in planned if p.key in rows]
+    done = [p for p in planned if p.key in rows]
+    replicas = replicas_text(spec.axis_keys, [p.point for p in done], [flatten_entries(_entries(r)) for r in ordered],
+                             [r["status"] for r in ordered])
+    if replicas is not None:
+        outputs.add(out_dir / "replicas.csv", "replicas.csv")
+        outputs.write(out_dir / "replicas.csv", lambda tmp: tmp.write_text(replicas))
     if len(spec.objectives) > 1:
         front = [planned[i] for i in pareto(spec, ordered)]
         pareto_text = csv_text(spec, front, rows)
