@@ -54,3 +54,11 @@ def display_path(path: str | os.PathLike[str]) -> str:
         except ValueError:
             return text
     return text
+
+
+def display_paths_in(text: str) -> str:
+    """`text` (a message) with every shipped file it names by absolute path named as display_path names it."""
+    for root in {data_root(), SOURCE_ROOT}:
+        for name in DATA_DIRS:
+            text = text.replace(f"{root.resolve()}{os.sep}{name}{os.sep}", f"{name}/")
+    return text

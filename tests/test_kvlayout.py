@@ -189,3 +189,14 @@ def test_trace_convert_with_the_range_layout(tmp_path: Path) -> None:
     bad = CliRunner().invoke(main, [*args, "--prefix-sharing", "-o", str(tmp_path / "x.npz")])
     assert bad.exit_code == 2 and "placement.layout" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_records_of_no_tokens_place_nothing(chat: tuple) -> None:
+    cols, header = chat
+    empty = {name: column.copy() for name, column in cols.items()}
+    kv = (empty["kind"] == KIND_K) | (empty["kind"] == KIND_V)
+    empty["token_count"][kv] = 0
+    empty["bytes"][kv] = 0
+    streams = map_columns(empty, header, PoolPlacement(channels_per_device=4, capacity_per_device_bytes=1 << 24,
+                                                       layout="range"))
+    assert len(streams) == 0 and len(streams.regions.address) == 0

@@ -1004,13 +1004,12 @@ class _Engine:
         if size_bytes <= 0:
             return False
         name = self.link_of_tier[tier]
-        on_pool = self.pool_bytes is not None and tier == self.pool_index
         if what == X_WRITE:
             self.written_bytes[name] += size_bytes
             return False
         tid = self.links.start(name, size_bytes, t)
         self.transfer_of[tid] = (what, who)
-        if on_pool and what != X_ITER:                 # a streamed read counts with its iteration
+        if self.pool_bytes is not None and tier == self.pool_index and what != X_ITER:  # a stream counts per iteration
             self.pool_transfer[tid] = (t, size_bytes)
         if self.activity is not None:
             self.activity.transfer_started(tid, name, size_bytes, what, t)

@@ -92,17 +92,6 @@ def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 
-def _shipped_paths(text: str) -> str:
-    """`text` with the shipped files it names (a memory config inside a system's message) by their paths inside
-    the data root, as display_path names them."""
-    from archsim.resources import DATA_DIRS, SOURCE_ROOT, data_root
-
-    for root in {data_root(), SOURCE_ROOT}:
-        for name in DATA_DIRS:
-            text = text.replace(f"{root.resolve()}{os.sep}{name}{os.sep}", f"{name}/")
-    return text
-
-
 def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
               timeout_s: float | None, memory_cap_bytes: int | None = None) -> dict[str, Any]:
     """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host."""
@@ -123,14 +112,16 @@ def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
         status = f"failed: memory cap of {memory_cap_bytes:,} bytes exceeded" if memory_cap_bytes else \
             "failed: out of memory"
     except ConfigError as exc:  # a design the model cannot build (an SRAM below one tile, too few GPUs)
-        from archsim.resources import display_path
+        from archsim.resources import display_path, display_paths_in
 
         # shipped files by their repository path: rows are the same from checkouts in other places
-        located = ConfigError(_shipped_paths(exc.detail), file=display_path(exc.file) if exc.file else None,
+        located = ConfigError(display_paths_in(exc.detail), file=display_path(exc.file) if exc.file else None,
                               where=exc.where)
         status = f"infeasible: {_one_line(located)}"
     except ArchsimError as exc:
-        status = f"failed: {_shipped_paths(_one_line(exc))}"
+        from archsim.resources import display_paths_in
+
+        status = f"failed: {display_paths_in(_one_line(exc))}"
     except Exception as exc:  # a bug at one point must not stop the sweep; the row says what happened
         status = f"failed: internal error: {type(exc).__name__}: {_one_line(exc)}"
     return {"status": status, "result": tree, "wall_s": round(time.perf_counter() - start, 3),
@@ -407,8 +398,8 @@ def _write_outputs(spec: SweepSpec, out_dir: Path, planned: list[PlannedPoint], 
     text = csv_text(spec, planned, rows)
     outputs.add(out_dir / "points.csv", "points.csv")
     outputs.write(out_dir / "points.csv", lambda tmp: tmp.write_text(text))
-    ordered = [rows[p.key] for p in planned if p.key in rows]
     done = [p for p in planned if p.key in rows]
+    ordered = [rows[p.key] for p in done]
     replicas = replicas_text(spec.axis_keys, [p.point for p in done], [flatten_entries(_entries(r)) for r in ordered],
                              [r["status"] for r in ordered])
     if replicas is not None:

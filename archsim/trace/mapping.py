@@ -214,6 +214,13 @@ class PhysicalStreams:
         }
 
 
+def _record_key(request: np.ndarray, layer: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """The high bits of a KV block's packed key (request + 1, layer + 1, kind); group and block fill the rest."""
+    low = _KEY_BITS["group"] + _KEY_BITS["block"]
+    return ((request + 1) << (_KEY_BITS["layer"] + _KEY_BITS["kind"] + low)
+            | ((layer + 1) << _KEY_BITS["kind"] | kind) << low)
+
+
 def _segments(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each piece, repeat its index `counts` times and number the copies 0..count-1."""
     counts = counts.astype(np.int64, copy=False)
@@ -486,8 +493,7 @@ class TraceMapper:
             block_bytes = bt * hps * pth_p
         # packed key (request + 1, layer + 1, kind, group, block); shared prefix blocks have request -1
         low_bits = _KEY_BITS["kind"] + _KEY_BITS["group"] + _KEY_BITS["block"]
-        stream = ((layer + 1) << _KEY_BITS["kind"] | kind) << (_KEY_BITS["group"] + _KEY_BITS["block"])
-        key = ((request + 1) << (_KEY_BITS["layer"] + low_bits) | stream)[owner]
+        key = _record_key(request, layer, kind)[owner]
         key |= group << _KEY_BITS["block"] | block
         shared = block < self.shared_blocks
         if self.shared_blocks:
@@ -539,29 +545,29 @@ class TraceMapper:
         region is the K or V block of one chunk."""
         assert self.range is not None
         r = self._kv_records(cols, idx)
+        live = r["token_count"] > 0  # a record of no tokens places nothing
         rank = np.searchsorted(self.range_requests, r["request"])
         known = rank < len(self.range_requests)
         known[known] = self.range_requests[rank[known]] == r["request"][known]
         end = r["token_start"] + r["token_count"]
-        beyond = ~known | (end > self.range_tokens[np.minimum(rank, max(len(self.range_tokens) - 1, 0))])
+        beyond = live & (~known | (end > np.append(self.range_tokens, 0)[np.where(known, rank, -1)]))
         if beyond.any():
             record = int(idx[np.argmax(beyond)])
             raise TraceError("k/v record lies outside the requests the range layout was built for",
                              where=f"record {record}")
         for kind, row in ((0, self.range.k_row_bytes), (1, self.range.v_row_bytes)):
-            wrong = (r["kind"] == kind) & (r["token_count"] > 0) & (r["pth"] != row)
+            wrong = live & (r["kind"] == kind) & (r["pth"] != row)
             if wrong.any():
                 record = int(idx[np.argmax(wrong)])
                 raise TraceError(f"{'kv'[kind]} bytes per token and head ({int(r['pth'][np.argmax(wrong)])}) differ "
                                  f"from the layout's row ({row})", where=f"record {record}")
-        owner, k = _segments(r["head_count"])
+        owner, k = _segments(np.where(live, r["head_count"], 0))
         head = r["head_start"][owner] + k
         pieces = self.range.pieces(rank[owner] * self.kv_heads + head, r["token_start"][owner],
                                    r["token_count"][owner], r["kind"][owner] == 1, r["layer"][owner])
         o = owner[pieces["owner"]]
         h = head[pieces["owner"]]
-        key = (rank[o] + 1) << (_KEY_BITS["layer"] + _KEY_BITS["kind"] + _KEY_BITS["group"] + _KEY_BITS["block"])
-        key |= ((r["layer"][o] + 1) << 1 | r["kind"][o]) << (_KEY_BITS["group"] + _KEY_BITS["block"])
+        key = _record_key(rank, r["layer"], r["kind"])[o]
         key |= h << _KEY_BITS["block"] | pieces["split"]
         cpd, g = self.p.channels_per_device, self.p.access_granularity_bytes
 
