@@ -161,6 +161,8 @@ KERNEL_VARIANTS = [
     ("paged_gqa_decode.s", {"GROUP": 8, "BLOCK_TOKENS": 32, "KV_DTYPE": "fp8e4m3", "SCALE_GROUP": 128}),
     ("mla_decode.s", {}),
     ("mla_decode.s", {"BLOCK_TOKENS": 64, "SPLITS": 2, "SPLIT": 1}),
+    ("tree_decode.s", {"QTOKENS": 8, "GROUP": 4}),
+    ("tree_decode.s", {"QTOKENS": 3, "KV_DTYPE": "int8", "SCALE_GROUP": 64, "SPLITS": 2, "SPLIT": 1}),
 ]
 
 
@@ -181,6 +183,8 @@ def test_kernel_parameter_checks() -> None:
         assemble_file(KERNELS_DIR / "mla_decode.s", defines={"KV_HEADS": 2})
     with pytest.raises(ProgramError, match="-D HEADDIM: not a parameter"):
         assemble_file(KERNELS_DIR / "gqa_decode.s", defines={"HEADDIM": 64})
+    with pytest.raises(ProgramError, match=r"tree_decode.s: line \d+: assertion failed: a sliding window"):
+        assemble_file(KERNELS_DIR / "tree_decode.s", defines={"WINDOW": 64})
 
 
 def test_cli_asm_and_disasm(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ class UnitAssignment:
 
 @dataclass
 class PartitionedRun:
-    output: np.ndarray  # [batch, query_heads, v_dim] fp32 as received by the host
+    output: np.ndarray  # [batch, (query_tokens,) query_heads, v_dim] fp32 as received by the host
     assignments: list[UnitAssignment]
     programs: list[Program]
     traces: list[ProgramTrace]
@@ -72,7 +72,11 @@ def unit_queries(placement: Placement, assignment: UnitAssignment) -> np.ndarray
         return None
     group = placement.spec.group
     lo, hi = assignment.head0 * group, (assignment.head0 + assignment.nheads) * group
-    return placement.queries[:, lo:hi].reshape(-1)
+    queries = placement.queries[..., lo:hi, :]
+    if queries.ndim == 4:  # multi-token: per KV head, the query tokens' groups (token-major)
+        batch, tokens, _, dim = queries.shape
+        queries = queries.reshape(batch, tokens, assignment.nheads, group, dim).transpose(0, 2, 1, 3, 4)
+    return queries.reshape(-1)
 
 
 def run_decode_attention(placement: Placement, *, units: int = 1, splits: int = 1,
@@ -84,11 +88,15 @@ def run_decode_attention(placement: Placement, *, units: int = 1, splits: int = 
     executors = [Executor(p, dram=placement.dram, host_input=unit_queries(placement, a), config=config,
                           compute=compute) for p, a in zip(programs, assignments, strict=True)]
     run_lockstep(executors, [a.unit for a in assignments], str(placement.kernel))
-    output = np.zeros((spec.batch, spec.query_heads, spec.v_dim), dtype=np.float32)
+    tokens = spec.query_tokens
+    output = np.zeros((spec.batch, tokens, spec.query_heads, spec.v_dim), dtype=np.float32)
     for assignment, executor in zip(assignments, executors, strict=True):
         if assignment.split:
             continue
         lo = assignment.head0 * spec.group
         hi = lo + assignment.nheads * spec.group
-        output[:, lo:hi] = executor.outputs.reshape(spec.batch, hi - lo, spec.v_dim)
+        shard = executor.outputs.reshape(spec.batch, assignment.nheads, tokens, spec.group, spec.v_dim)
+        output[:, :, lo:hi] = shard.transpose(0, 2, 1, 3, 4).reshape(spec.batch, tokens, hi - lo, spec.v_dim)
+    if not spec.multi_token:
+        output = output[:, 0]
     return PartitionedRun(output, assignments, programs, [e.trace() for e in executors])

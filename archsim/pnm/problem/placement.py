@@ -21,7 +21,7 @@ import numpy as np
 from archsim.isa.table import KERNELS_DIR
 from archsim.pnm.machine import dtypes
 from archsim.pnm.machine.memimage import DramImage
-from archsim.pnm.problem.reference import DecodeAttentionSpec
+from archsim.pnm.problem.reference import DecodeAttentionSpec, chain_lengths
 
 REGION_ALIGN_BYTES = 4096  # DRAM regions start on page boundaries (clean row-buffer behaviour)
 
@@ -34,7 +34,7 @@ class Placement:
     kernel: Path
     defines: dict[str, object]  # shape and layout constants shared by every unit
     dram: DramImage
-    queries: np.ndarray | None  # [batch, query_heads, qk_dim] fp32 (None: trace-only placement)
+    queries: np.ndarray | None  # [batch, (query_tokens,) query_heads, qk_dim] fp32 (None: trace-only placement)
     k_seen: np.ndarray | None  # [batch, kv_heads, tokens, qk_dim]: K as the datapath sees it
     v_seen: np.ndarray | None  # [batch, kv_heads, tokens, v_dim]
     end_address: int  # first free byte after everything placed (split-K records go here)
@@ -49,6 +49,8 @@ class _Rows:
 
 
 def kernel_for(spec: DecodeAttentionSpec) -> Path:
+    if spec.multi_token:
+        return KERNELS_DIR / "tree_decode.s"
     if spec.latent:
         return KERNELS_DIR / "mla_decode.s"
     return KERNELS_DIR / ("paged_gqa_decode.s" if spec.block_tokens else "gqa_decode.s")
@@ -57,9 +59,10 @@ def kernel_for(spec: DecodeAttentionSpec) -> Path:
 def random_inputs(spec: DecodeAttentionSpec,
                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Standard-normal queries, keys and values (fp32) of the spec's shapes; MLA's V is the
-    leading v_dim elements of its latent K rows."""
+    leading v_dim elements of its latent K rows. Multi-token queries are [batch, query_tokens, heads, dim]."""
     tokens = spec.max_context
-    q = rng.standard_normal((spec.batch, spec.query_heads, spec.qk_dim), dtype=np.float32)
+    lead = (spec.batch, spec.query_tokens) if spec.multi_token else (spec.batch,)
+    q = rng.standard_normal((*lead, spec.query_heads, spec.qk_dim), dtype=np.float32)
     k = rng.standard_normal((spec.batch, spec.kv_heads, tokens, spec.qk_dim), dtype=np.float32)
     v = k[..., :spec.v_dim] if spec.latent else \
         rng.standard_normal((spec.batch, spec.kv_heads, tokens, spec.v_dim), dtype=np.float32)
@@ -127,6 +130,11 @@ def place_decode_attention(spec: DecodeAttentionSpec, q: np.ndarray | None = Non
     else:
         defines.update(KV_HEADS=spec.kv_heads, HEAD_DIM=spec.qk_dim)
     defines["LENS_ADDR"] = alloc.put(np.array(spec.context_tokens, dtype="<i4"), 4 * spec.batch)
+    if spec.multi_token:  # the tree of the new tokens, shared by the batch: parents and chain lengths
+        parents = spec.parents.astype("<i4")
+        defines["QTOKENS"] = spec.query_tokens
+        defines["PAR_ADDR"] = alloc.put(parents, parents.nbytes)
+        defines["CHAIN_ADDR"] = alloc.put(chain_lengths(parents).astype("<i4"), parents.nbytes)
     tokens = spec.max_context if k is None else k.shape[2]
     tensors = {"K": k_rows, "KS": ks_rows, "V": v_rows, "VS": vs_rows}
     if spec.block_tokens:

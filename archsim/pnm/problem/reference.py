@@ -40,6 +40,12 @@ class DecodeAttentionSpec:
     latent: bool = False
     io_dtype: str = "fp32"
     softmax_scale: float | None = None  # default 1/sqrt(qk_dim)
+    # Multi-token attention (isa/kernels/tree_decode.s): the last query_tokens keys of every sequence are new
+    # tokens that attend at once (speculative verification, tree or beam steps). tree_parents[i] is new
+    # token i's parent among them (-1: the committed prefix), parents before children; token i sees the
+    # prefix and its ancestors and itself. None with query_tokens > 1 is a chain (a causal mask).
+    query_tokens: int = 1
+    tree_parents: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if min(self.batch, self.kv_heads, self.group, self.qk_dim, self.v_dim) < 1:
@@ -54,6 +60,31 @@ class DecodeAttentionSpec:
             raise ValueError("latent (MLA) attention has one KV head and v_dim <= qk_dim")
         if min(self.scale_group, self.window_tokens, self.block_tokens) < 0:
             raise ValueError("scale_group, window_tokens and block_tokens must be >= 0")
+        if self.query_tokens < 1:
+            raise ValueError(f"query_tokens must be positive, got {self.query_tokens}")
+        if self.multi_token:
+            self._check_tree()
+
+    def _check_tree(self) -> None:
+        if self.latent or self.block_tokens or self.window_tokens:
+            raise ValueError("multi-token attention runs over a contiguous GQA cache without a window")
+        if self.query_tokens > min(self.context_tokens):
+            raise ValueError(f"{self.query_tokens} query tokens exceed the shortest context "
+                             f"({min(self.context_tokens)} tokens, which include them)")
+        if self.tree_parents is not None:
+            tree_error(self.tree_parents, self.query_tokens)
+
+    @property
+    def multi_token(self) -> bool:
+        """Runs on the multi-token kernel (several query tokens, or a tree given even for one)."""
+        return self.query_tokens > 1 or self.tree_parents is not None
+
+    @property
+    def parents(self) -> np.ndarray:
+        """int32 [query_tokens]: each new token's parent (-1: the prefix); a chain unless a tree is given."""
+        if self.tree_parents is not None:
+            return np.array(self.tree_parents, dtype=np.int32)
+        return np.arange(-1, self.query_tokens - 1, dtype=np.int32)
 
     @property
     def query_heads(self) -> int:
@@ -70,6 +101,34 @@ class DecodeAttentionSpec:
     @property
     def kv_element_bytes(self) -> int:
         return ELEMENT_BYTES[self.kv_dtype]
+
+
+def tree_error(parents: tuple[int, ...] | list[int], query_tokens: int | None = None) -> None:
+    """Raise ValueError unless `parents` is a tree over its tokens listed parents first (parent[i] in [-1, i))."""
+    if query_tokens is not None and len(parents) != query_tokens:
+        raise ValueError(f"the tree has {len(parents)} parents for {query_tokens} query tokens")
+    if not parents:
+        raise ValueError("a tree needs at least one token")
+    for i, parent in enumerate(parents):
+        if not -1 <= int(parent) < i:
+            raise ValueError(f"not a tree: token {i}'s parent is {parent}; it must be -1 (the prefix) or an "
+                             f"earlier token (0..{i - 1})" if i else
+                             f"not a tree: token 0's parent is {parent}; the first token's parent is -1 (the prefix)")
+
+
+def ancestors_or_self(parents: np.ndarray) -> np.ndarray:
+    """bool [q, q]: [i, j] when new token j is token i or one of its ancestors (the tree mask)."""
+    q = len(parents)
+    seen = np.eye(q, dtype=bool)
+    for i in range(q):
+        if parents[i] >= 0:
+            seen[i] |= seen[parents[i]]
+    return seen
+
+
+def chain_lengths(parents: np.ndarray) -> np.ndarray:
+    """int32 [q]: keys each new token sees among the new ones (its depth + 1)."""
+    return ancestors_or_self(parents).sum(axis=1).astype(np.int32)
 
 
 def visible_keys(context_tokens: int, window_tokens: int) -> np.ndarray:
@@ -106,4 +165,25 @@ def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         weights = np.exp(scores)
         weights /= weights.sum(axis=-1, keepdims=True)
         out[b] = (weights @ vb).reshape(query_heads, -1)
+    return out
+
+
+def tree_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_tokens: tuple[int, ...] | np.ndarray,
+                   parents: np.ndarray, *, softmax_scale: float) -> np.ndarray:
+    """Multi-token attention in float64: the last len(parents) keys of each sequence are new tokens.
+
+    q [batch, query_tokens, kv_heads * group, qk_dim]; returns [batch, query_tokens, kv_heads * group, v_dim].
+    New token i sees every earlier (committed) key and, among the new ones, itself and its ancestors.
+    """
+    batch, tokens, query_heads, _ = q.shape
+    seen = ancestors_or_self(np.asarray(parents))
+    out = np.zeros((batch, tokens, query_heads, v.shape[-1]))
+    for b in range(batch):
+        length = int(context_tokens[b])
+        prefix = length - tokens
+        for i in range(tokens):
+            keep = np.concatenate([np.ones(prefix, dtype=bool), seen[i]])
+            kb = k[b, :, :length][:, keep][None]  # [1, kv_heads, keys, dim] against decode_attention's batch
+            vb = v[b, :, :length][:, keep][None]
+            out[b, i] = decode_attention(q[b, i][None], kb, vb, (int(keep.sum()),), softmax_scale=softmax_scale)[0]
     return out

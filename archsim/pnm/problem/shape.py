@@ -1,8 +1,11 @@
 """`--shape heads=32,kv_heads=8,head_dim=128,context=8192,batch=1`: the decode-attention problem of a run.
 
 The kernel decides which keys apply: contiguous GQA kernels (gqa_decode.s and anything else following its
-contract), paged kernels (`paged` in the file name: KV pages of `block` tokens) and MLA kernels (`mla` in
-the name: one latent KV head of kv_lora_rank + rope_dim elements, all `heads` query heads share it).
+contract), paged kernels (`paged` in the file name: KV pages of `block` tokens), MLA kernels (`mla` in
+the name: one latent KV head of kv_lora_rank + rope_dim elements, all `heads` query heads share it) and
+multi-token kernels (`tree` in the name: `queries` new tokens per sequence, the last of its `context`
+tokens, attending at once under the tree `parents=-1:0:0:1` -- colon-separated, -1 for the prefix --
+or, without `parents`, a causal chain).
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from archsim.errors import ConfigError
-from archsim.pnm.problem.reference import IO_DTYPES, KV_DTYPES, DecodeAttentionSpec
+from archsim.pnm.problem.reference import IO_DTYPES, KV_DTYPES, DecodeAttentionSpec, tree_error
 
 _INT_KEYS = ("heads", "kv_heads", "head_dim", "v_dim", "context", "batch", "scale_group", "window", "block",
-             "tile", "kv_lora_rank", "rope_dim")
+             "tile", "kv_lora_rank", "rope_dim", "queries")
 _WORD_KEYS = {"kv_dtype": KV_DTYPES, "io_dtype": IO_DTYPES}
-SHAPE_KEYS: tuple[str, ...] = _INT_KEYS + tuple(_WORD_KEYS)
+_TREE_KEYS = ("queries", "parents")
+SHAPE_KEYS: tuple[str, ...] = _INT_KEYS + tuple(_WORD_KEYS) + ("parents",)
 # the kernels receive lengths and sizes as int32 words in DRAM (placement's LENS_ADDR table)
 SHAPE_INT_MAX = 2**31 - 1
 
@@ -44,6 +48,8 @@ def kernel_kind(kernel: Path) -> str:
     name = kernel.name.lower()
     if "mla" in name:
         return "mla"
+    if "tree" in name:
+        return "tree"
     return "paged" if "paged" in name else "contiguous"
 
 
@@ -64,6 +70,9 @@ def _parse_pairs(text: str) -> dict[str, int | str]:
             raise _fail(f"unknown shape key {key!r} (known: {', '.join(SHAPE_KEYS)})", key)
         if key in values:
             raise _fail(f"{key} is given twice", key)
+        if key == "parents":
+            values[key] = value
+            continue
         if key in _WORD_KEYS:
             if value not in _WORD_KEYS[key]:
                 raise _fail(f"{key} must be one of {', '.join(_WORD_KEYS[key])}, got {value!r}", key)
@@ -81,6 +90,25 @@ def _parse_pairs(text: str) -> dict[str, int | str]:
     return values
 
 
+def _tree(values: dict[str, int | str], kernel: Path) -> dict[str, object]:
+    """query_tokens and tree_parents of a multi-token kernel's shape (a chain without `parents`)."""
+    if "window" in values:
+        raise _fail(f"window does not apply to {kernel.name}: the tree decides what a new token sees", "window")
+    if "parents" not in values:
+        return {"query_tokens": int(values.get("queries", 1)), "tree_parents": (-1,) if "queries" not in values
+                else tuple(range(-1, int(values["queries"]) - 1))}
+    try:
+        parents = tuple(int(p, 0) for p in str(values["parents"]).split(":"))
+    except ValueError:
+        raise _fail(f"parents must be colon-separated integers, got {values['parents']!r}", "parents") from None
+    queries = int(values.get("queries", len(parents)))
+    try:
+        tree_error(parents, queries)
+    except ValueError as exc:
+        raise _fail(str(exc), "parents") from None
+    return {"query_tokens": queries, "tree_parents": parents}
+
+
 def parse_shape(text: str, kernel: Path) -> Shape:
     """The decode-attention problem `text` describes for `kernel` (see the module docstring)."""
     values = _parse_pairs(text)
@@ -90,6 +118,9 @@ def parse_shape(text: str, kernel: Path) -> Shape:
     if "heads" not in values:
         raise _fail("heads (query heads) is required", "heads")
     heads, context, batch = int(values["heads"]), int(values["context"]), int(values.get("batch", 1))
+    for key in _TREE_KEYS:
+        if key in values and kind != "tree":
+            raise _fail(f"{key} applies only to multi-token kernels (tree_decode.s), not {kernel.name}", key)
     if kind == "mla":
         for key in ("head_dim", "v_dim"):
             if key in values:
@@ -110,10 +141,11 @@ def parse_shape(text: str, kernel: Path) -> Shape:
         if v_dim != qk_dim:
             raise _fail("GQA kernels need v_dim == head_dim", "v_dim")
         group = heads // kv_heads
+    tree = _tree(values, kernel) if kind == "tree" else {}
     block = int(values.get("block", 16 if kind == "paged" else 0))
     if kind == "paged" and block == 0:
         raise _fail("a paged kernel needs block > 0 (tokens per KV page)", "block")
-    if kind == "contiguous" and block:
+    if kind in ("contiguous", "tree") and block:
         raise _fail(f"block applies to paged kernels, not {kernel.name}", "block")
     tile = int(values.get("tile", 32 if kind == "mla" else 64))
     if block and "tile" in values and tile != block:
@@ -123,7 +155,7 @@ def parse_shape(text: str, kernel: Path) -> Shape:
             batch=batch, kv_heads=kv_heads, group=group, qk_dim=qk_dim, v_dim=v_dim,
             context_tokens=(context,) * batch, kv_dtype=str(values.get("kv_dtype", "fp16")),
             scale_group=int(values.get("scale_group", 0)), window_tokens=int(values.get("window", 0)),
-            block_tokens=block, latent=kind == "mla", io_dtype=str(values.get("io_dtype", "fp32")))
+            block_tokens=block, latent=kind == "mla", io_dtype=str(values.get("io_dtype", "fp32")), **tree)
     except ValueError as exc:
         raise _fail(str(exc)) from None
     return Shape(spec, block or tile, text)
