@@ -23,8 +23,10 @@ def main() -> None:
     args = parser.parse_args()
     memory = load_memory_config(SOURCE_ROOT / "configs" / "memory" / "hbm3.yaml")
     pnm = load_pnm_config()
-    print("| units | queries | cycles | memory term | compute term | bound | cycles / roofline | DRAM bytes / 1 query's |")
-    print("|---|---|---|---|---|---|---|---|")
+    columns = ("units", "queries", "cycles", "memory term", "compute term", "bound", "cycles / roofline",
+               "DRAM bytes / 1 query's")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
     for units in (16, 8):
         base_bytes = None
         for queries in (int(q) for q in args.queries.split(",")):
