@@ -51,6 +51,7 @@ from archsim.serving.activity import ActivityLog
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
+from archsim.serving.speculative import Speculation, draft_ns, emitted_tokens
 from archsim.serving.transfers import LinkSharing, links_of_tiers
 from archsim.serving.utilization import Intervals, utilization_over_time
 
@@ -103,6 +104,7 @@ class ServingResult:
     moves: np.ndarray | None = None      # placement auto: int64[n], moves between HBM and the PNM tier
     move_bytes: float = 0.0
     utilization: dict | None = None      # links and pool DRAM over time (archsim.serving.utilization)
+    speculation: dict | None = None      # draft and verify: steps, tokens, rejected KV (serving.speculative)
 
     @property
     def mean_inflight(self) -> float:
@@ -111,14 +113,15 @@ class ServingResult:
 
 
 def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False,
-             placer: object | None = None) -> ServingResult:
+             placer: object | None = None, speculation: Speculation | None = None) -> ServingResult:
     """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish.
     `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline). `placer`:
     with `placement: auto`, where each sequence's KV goes (archsim.plan.place.Placer); the cost then takes
-    which sequences are pooled (archsim.serving.costs.SplitCost)."""
+    which sequences are pooled (archsim.serving.costs.SplitCost). `speculation`: decode by draft and verify
+    (archsim.serving.speculative)."""
     if spec.placement == "auto" and placer is None:
         raise ValueError("placement auto needs a placer")
-    engine = _Engine(table, spec, cost)
+    engine = _Engine(table, spec, cost, speculation)
     engine.placer = placer
     engine.activity = ActivityLog() if record else None
     return engine.run()
@@ -163,8 +166,12 @@ class _Engine:
     activity: ActivityLog | None = None
     placer: Any = None     # placement auto: archsim.plan.place.Placer
 
-    def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost) -> None:
+    def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost,
+                 speculation: Speculation | None = None) -> None:
         validate(spec)
+        self.speculation = speculation
+        # positions a decode entry verifies: the draft's k tokens after the last one (1 without speculation)
+        self.verify_tokens = speculation.k + 1 if speculation is not None else 1
         if spec.disaggregated and spec.kv_home == 0 and len(spec.tiers) < 2:
             raise ConfigError("prefill/decode disaggregation hands KV over through a tier below HBM; the system "
                               "has none", where="system.serving.prefill_instances")
@@ -274,6 +281,10 @@ class _Engine:
         self.move_bytes = 0.0
         self.tier_read = np.zeros(T)
         self.tier_write = np.zeros(T)
+        self.verify_steps = np.zeros(n, dtype=np.int64)  # speculation: verification steps each request ran
+        self.rejected_tokens = 0                         # positions verified, written and then discarded
+        self.verified_kv_read = 0.0                      # KV bytes the verification steps read (their contexts)
+        self.draft_ns = 0.0
 
     def _init_instances(self) -> None:
         k = self.spec.instances
@@ -434,9 +445,10 @@ class _Engine:
             arr = np.array(run, dtype=np.int64)
             decoding = arr[self.ctx[arr] >= self.target[arr]][:budget]
             ids.extend(decoding.tolist())
-            news.extend([1] * len(decoding))
+            verify = self._verify_tokens(decoding)
+            news.extend(verify.tolist())
             prefill.extend([False] * len(decoding))
-            budget -= len(decoding)
+            budget -= int(verify.sum())
             for r in arr[self.ctx[arr] < self.target[arr]].tolist():
                 if budget <= 0:
                     break
@@ -463,8 +475,15 @@ class _Engine:
             return None
         self.took_over = False
         ids_arr = np.array(ids, dtype=np.int64)
-        decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any()
+        decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any() and \
+            self.speculation is None  # the fast path runs one token per step
         return ids_arr, np.array(news, dtype=np.int64), np.array(prefill, dtype=bool), decode_only
+
+    def _verify_tokens(self, ids: np.ndarray) -> np.ndarray:
+        """Positions each decode sequence computes this iteration: 1, or with speculation the k drafted tokens
+        after its last one, never more than it still has to emit (so its blocks stay within its KV)."""
+        left = self.out_tokens[ids] - self.out_done[ids]
+        return np.minimum(self.verify_tokens, left) if self.speculation is not None else np.ones(len(ids), np.int64)
 
     def _fast_decode(self, i: int, t: float, ids: np.ndarray) -> float:
         """Run decode iterations of the unchanged batch `ids` back to back, up to (not into) the iteration
@@ -593,12 +612,14 @@ class _Engine:
         """Give every decode sequence whose next token starts a block that block, preempting when full."""
         run = self.running[i]
         arr = np.array(run, dtype=np.int64)
-        grow = arr[(self.ctx[arr] >= self.target[arr]) & (self.ctx[arr] + 1 > self.nheld[arr] * self.bt)]
-        if not len(grow) or (len(set(self.res[grow].tolist())) == 1 and
-                             self._grow_all(i, grow, None, list(range(len(grow))))):
+        decoding = arr[self.ctx[arr] >= self.target[arr]]
+        short = -(-(self.ctx[decoding] + self._verify_tokens(decoding)) // self.bt) - self.nheld[decoding]
+        grow = decoding[short > 0]
+        seqs = np.repeat(np.arange(len(grow)), short[short > 0]).tolist()
+        if not len(grow) or (len(set(self.res[grow].tolist())) == 1 and self._grow_all(i, grow, None, seqs)):
             return
         view = self.views[i]
-        for g in grow.tolist():
+        for g in grow[seqs].tolist():
             if self.state[g] != RUNNING:
                 continue
             v = int(self.res[g])
@@ -739,11 +760,13 @@ class _Engine:
         mean = self.completed_out_tokens / self.completions
         return max(1, min(self.spec.replan_tokens, round(mean)))
 
-    def _replan(self, i: int, decoded: np.ndarray, t: float) -> None:
-        """placement auto: a decode sequence whose context just reached a multiple of replan_tokens moves to
-        the other side when what that saves over the next replan_tokens steps exceeds the move."""
+    def _replan(self, i: int, decoded: np.ndarray, advanced: np.ndarray, t: float) -> None:
+        """placement auto: a decode sequence whose context just reached (or, advancing several tokens, passed) a
+        multiple of replan_tokens moves to the other side when what that saves over the next replan_tokens steps
+        exceeds the move."""
         R = self.spec.replan_tokens
-        for r in decoded[self.ctx[decoded] % R == 0].tolist():
+        ctx = self.ctx[decoded]
+        for r in decoded[ctx // R > (ctx - advanced) // R].tolist():
             if self.state[r] == RUNNING:
                 self._move_if_it_pays(i, r, t)
 
@@ -887,6 +910,11 @@ class _Engine:
         self.busy[i] = True
         cached = self.ctx[ids]
         compute_ns = self._iteration_ns(ids, cached, news)
+        if self.speculation is not None:       # the draft proposes before the target verifies
+            drafting = draft_ns(self.speculation, cached, news, ~prefill)
+            compute_ns += drafting
+            self.draft_ns += drafting
+            self.verified_kv_read += float(cached[~prefill].sum() * self.kvb)
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
@@ -929,12 +957,14 @@ class _Engine:
             self.activity.end(i, t)
         self.iterations += 1
         self.tokens_computed += int(news.sum())
-        self.ctx[ids] += news
         decoded = ids[~prefill]
-        self.out_done[decoded] += 1
+        advanced = self._emitted(decoded, news[~prefill])
+        self.ctx[ids[prefill]] += news[prefill]
+        self.ctx[decoded] += advanced
+        self.out_done[decoded] += advanced
         filled = ids[prefill]
         filled = filled[self.ctx[filled] >= self.target[filled]]
-        self.tokens_emitted += len(decoded) + len(filled)
+        self.tokens_emitted += int(advanced.sum()) + len(filled)
         if len(filled):
             self.out_done[filled] += 1
             for r in filled.tolist():
@@ -946,12 +976,24 @@ class _Engine:
             for r in filled[self.out_done[filled] < self.out_tokens[filled]].tolist():
                 self._hand_over(i, r, t)
         if self.auto and len(decoded):
-            self._replan(i, decoded, t)
+            self._replan(i, decoded, advanced, t)
         self._schedule(i, t)
         if len(finished) and (self.base > 0 or (self.res[finished] > 0).any()):
             for j in range(self.spec.instances):       # room freed in a shared tier
                 if j != i:
                     self._schedule(j, t)
+
+    def _emitted(self, decoded: np.ndarray, verified: np.ndarray) -> np.ndarray:
+        """Tokens each decode sequence emits: 1, or with speculation its accepted drafts plus the target's next
+        token (archsim.serving.speculative), at most the positions it verified."""
+        if self.speculation is None or not len(decoded):
+            return verified
+        sp = self.speculation
+        drawn = emitted_tokens(sp.k, sp.acceptance, sp.seed, decoded, self.verify_steps[decoded])
+        self.verify_steps[decoded] += 1
+        advanced = np.minimum(drawn, verified)
+        self.rejected_tokens += int((verified - advanced).sum())
+        return advanced
 
     def _prefill_done(self, i: int, r: int, t: float) -> None:
         v = int(self.res[r])
@@ -1111,7 +1153,22 @@ class _Engine:
             inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
             cache_stats=stats, wall_s=wall_s, activity=self.activity.arrays() if self.activity is not None else None,
             home_tier=self.res.astype(np.int8) if self.auto else None, moves=self.moves.copy() if self.auto else None,
-            move_bytes=self.move_bytes, utilization=self._utilization())
+            move_bytes=self.move_bytes, utilization=self._utilization(), speculation=self._speculation())
+
+    def _speculation(self) -> dict | None:
+        sp = self.speculation
+        if sp is None:
+            return None
+        steps = int(self.verify_steps.sum())
+        done = self.state == DONE
+        emitted = int(np.maximum(self.out_tokens[done] - 1, 0).sum())  # decode tokens; the first comes from prefill
+        return {"k": sp.k, "acceptance": sp.acceptance, "expected_tokens_per_step": sp.expected_tokens(),
+                "verification_steps": steps, "tokens_per_step": emitted / steps if steps else None,
+                "rejected_tokens": self.rejected_tokens, "rejected_kv_bytes": float(self.rejected_tokens * self.kvb),
+                "kv_read_bytes": self.verified_kv_read,
+                "kv_read_bytes_per_step": self.verified_kv_read / steps if steps else None,
+                "kv_read_bytes_per_token": self.verified_kv_read / emitted if emitted else None,
+                "draft_ms": self.draft_ns / 1e6}
 
     def _utilization(self) -> dict | None:
         busy = {name: self.links.busy_periods(name) for name in self.link_spec}

@@ -4,13 +4,14 @@ turn its result into an `archsim.serving/1` entry."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from archsim.errors import ArchsimError
 from archsim.interconnect import Flow, simulate_flows
+from archsim.models import dtype_bytes
 from archsim.models.presets import load_preset
 from archsim.serving.build import cost_table, serving_spec, serving_workload
 from archsim.serving.costs import StepCostTable
@@ -19,7 +20,10 @@ from archsim.serving.engine import ServingResult, simulate
 from archsim.serving.metrics import summarize
 from archsim.serving.requests import RequestTable
 from archsim.serving.scenario import Scenario
+from archsim.serving.spec import ServingSpec
+from archsim.serving.speculative import Speculation
 from archsim.system.config import SystemConfig
+from archsim.system.gpu import gpu_work
 from archsim.system.workload import Workload
 
 SCHEMA = "archsim.serving/1"
@@ -34,21 +38,33 @@ class SystemRun:
     metrics: dict[str, Any] | None = None
 
 
+@dataclass
+class RequestSource:
+    """The scenario's requests keyed in blocks of a given size (`source(block_tokens)`), drawn once per block size,
+    so every system of a comparison with that size serves the same table (`transform`: applied once to each drawn
+    table). `seed` also seeds what the engine draws per request (speculative acceptances)."""
+
+    scenario: Scenario
+    n_requests: int | None
+    duration_ns: float | None
+    seed: int
+    transform: Callable[[RequestTable], RequestTable] | None = None
+
+    def __post_init__(self) -> None:
+        self._tables: dict[int, RequestTable] = {}
+
+    def __call__(self, block_tokens: int) -> RequestTable:
+        if block_tokens not in self._tables:
+            table = self.scenario.requests(n_requests=self.n_requests, duration_ns=self.duration_ns, seed=self.seed,
+                                           block_tokens=block_tokens)
+            self._tables[block_tokens] = self.transform(table) if self.transform else table
+        return self._tables[block_tokens]
+
+
 def requests_source(scenario: Scenario, n_requests: int | None, duration_ns: float | None, seed: int,
-                    transform: Callable[[RequestTable], RequestTable] | None = None
-                    ) -> Callable[[int], RequestTable]:
-    """The scenario's requests keyed in blocks of a given size, drawn once per block size, so every system of a
-    comparison with that size serves the same table (`transform`: applied once to each drawn table)."""
-    cache: dict[int, RequestTable] = {}
-
-    def requests_for(block_tokens: int) -> RequestTable:
-        if block_tokens not in cache:
-            table = scenario.requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
-                                      block_tokens=block_tokens)
-            cache[block_tokens] = transform(table) if transform else table
-        return cache[block_tokens]
-
-    return requests_for
+                    transform: Callable[[RequestTable], RequestTable] | None = None) -> RequestSource:
+    """The scenario's requests for `seed` (see RequestSource)."""
+    return RequestSource(scenario, n_requests, duration_ns, seed, transform)
 
 
 def model_limits(scenario: Scenario) -> tuple[Any, str, int]:
@@ -65,6 +81,9 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     shape, dtype, max_context = model_limits(scenario)
     workload = serving_workload(system, shape, dtype, max_context, scenario.name)
     spec = serving_spec(system, workload, max_context)
+    speculation = None
+    if scenario.speculative is not None:
+        spec, speculation = speculation_for(system, scenario, spec, getattr(requests_for, "seed", 0))
     cost = cost_table(system, workload, spec)
     table: RequestTable = requests_for(spec.block_tokens)
     placer = None
@@ -73,7 +92,7 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
 
         placer = placer_for(system, workload, spec.tiers[spec.kv_home].name)
     try:
-        result = simulate(table, spec, cost, record=record, placer=placer)
+        result = simulate(table, spec, cost, record=record, placer=placer, speculation=speculation)
     except ArchsimError as exc:
         if exc.file is not None:
             raise  # bad input, not a system that cannot serve
@@ -86,7 +105,26 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     metrics["link_bytes"] = hop_link_bytes(system, workload, result)
     if result.home_tier is not None:
         metrics["placement"] = placement_summary(result)
+    if result.speculation is not None:
+        metrics["speculative"] = dict(result.speculation, draft=scenario.speculative.draft)
     return SystemRun(system, "ok", result, cost, metrics)
+
+
+def speculation_for(system: SystemConfig, scenario: Scenario, spec: ServingSpec,
+                    seed: int) -> tuple[ServingSpec, Speculation]:
+    """The draft model on the instance's GPUs (its weights taken from HBM's KV room, its KV in HBM, priced
+    exactly like a KV-in-HBM system's), and the engine's speculation settings."""
+    sp = scenario.speculative
+    assert sp is not None
+    preset = load_preset(sp.draft)
+    draft = serving_workload(system, preset.shape(), preset.dtype, spec.max_context_tokens, scenario.name)
+    weights = gpu_work(draft.shape, draft.dtype, 1, dtype_bytes(draft.dtype)).weight_bytes
+    hbm = spec.tiers[0]
+    tiers = (replace(hbm, capacity_bytes=max(0, hbm.capacity_bytes - weights)), *spec.tiers[1:])
+    spec = replace(spec, tiers=tiers)
+    on_gpu = replace(system, kv_location="gpu", attention="gpu")
+    draft_cost = StepCostTable(on_gpu, draft, spec.max_batch_seqs, spec.max_context_tokens, decode_from_hbm=True)
+    return spec, Speculation(sp.k, sp.acceptance, seed, draft_cost)
 
 
 def placement_summary(result: ServingResult) -> dict[str, Any]:

@@ -18,6 +18,7 @@
       shared_prefix: {tokens: 2048, fraction: 0.9, groups: 1, source: ...}
       reasoning: {fraction: 1.0, output: {dist: uniform, min: 8192, max: 32768}, source: ...}
       slo: {ttft: 2s, tpot: 200ms, source: ...}
+      speculative: {k: 4, acceptance: 0.7, draft: llama-3.2-1b, source: ...}  # draft k, verify at once
       requests: {trace: PATH, format: mooncake, hash_block_tokens: 512, time_scale: 1.0, source: ...}
       # or {trace: PATH.npz, format: logical, think_time: 0s, source: ...} with `arrivals` (serving/logical.py)
 
@@ -141,6 +142,13 @@ class Slo:
 
 
 @dataclass(frozen=True)
+class Speculative:
+    k: int  # tokens the draft proposes per verification step
+    acceptance: float  # probability that the target accepts a draft token (i.i.d. until the first rejection)
+    draft: str  # a preset of archsim/models/presets, sharing the target's vocabulary
+
+
+@dataclass(frozen=True)
 class TraceInput:
     path: str
     format: str
@@ -163,6 +171,7 @@ class Scenario:
     reasoning: Reasoning | None
     slo: Slo | None
     trace: TraceInput | None
+    speculative: Speculative | None = None
 
     def summary(self) -> dict[str, Any]:
         """What a result entry says about its scenario (paths as archsim.resources.display_path names them)."""
@@ -231,8 +240,10 @@ def scenario_from_mapping(tree: Any, *, file: str | None = None) -> Scenario:
         input_ = output = None
         sessions = prefix = reasoning = None
     slo = _parse_slo(root.sub("slo")) if root.has("slo") else None
+    speculative = _parse_speculative(root.sub("speculative"), model) if root.has("speculative") else None
     root.done()
-    return Scenario(name, description, model, file, arrivals, input_, output, sessions, prefix, reasoning, slo, trace)
+    return Scenario(name, description, model, file, arrivals, input_, output, sessions, prefix, reasoning, slo, trace,
+                    speculative)
 
 
 def _source(s: Section) -> None:
@@ -419,6 +430,27 @@ def _parse_slo(s: Section) -> Slo:
     _source(s)
     s.done()
     return Slo(ttft, tpot)
+
+
+def _parse_speculative(s: Section, target: str) -> Speculative:
+    from archsim.models import load_preset
+
+    k = _count(s, "k")
+    acceptance = s.float("acceptance")
+    if not 0 <= acceptance <= 1:
+        raise s.error("acceptance", f"must lie in [0, 1], got {acceptance}")
+    draft = s.str("draft")
+    try:
+        vocab = load_preset(draft).hf_config_dict().get("vocab_size")
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=s.file, where=s.where("draft")) from None
+    target_vocab = load_preset(target).hf_config_dict().get("vocab_size")
+    if vocab != target_vocab:
+        raise s.error("draft", f"{draft}'s vocabulary ({vocab} tokens) is not the target {target}'s "
+                               f"({target_vocab}): a draft proposes the target's tokens")
+    _source(s)
+    s.done()
+    return Speculative(k, acceptance, draft)
 
 
 def _parse_trace(s: Section, base: Path) -> TraceInput:
