@@ -117,20 +117,36 @@ def _timed_api() -> tuple[object, ...] | str:
     return warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload, sram_reuse
 
 
+def timed_kernels_unavailable(pnm: PnmSpec, element_bytes: int) -> str | None:
+    """Why the timed PNM unit cannot run kernels for this pool (the roofline model, no timed unit, a KV element
+    size without a kernel dtype), or None when it can."""
+    if pnm.model == "roofline":
+        return "pnm.model is roofline"
+    reason = _timed_api()
+    if isinstance(reason, str):
+        return reason
+    return None if element_bytes in _KV_DTYPES else f"no PNM kernel for {element_bytes}-byte KV elements"
+
+
+def kernel_kv_dtype(element_bytes: int) -> str:
+    return _KV_DTYPES[element_bytes]
+
+
 _TIMED: dict[tuple[object, ...], tuple[float, float, float]] = {}
 
 
-def _timed_run_ns(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dims: tuple[int, int], dtype: str,
-                  tile: int, context: int) -> tuple[float, float, float]:
-    """Time of one head context on one unit, and the SRAM hit rate and reuse factor the run counted."""
-    key = (str(memory.resolved_tree), pnm, kind, group, dims, dtype, tile, context)
+def timed_run_ns(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dims: tuple[int, int], dtype: str,
+                 tile: int, context: int, queries: int = 1) -> tuple[float, float, float]:
+    """Time of one head context on one unit, and the SRAM hit rate and reuse factor the run counted; kind
+    "tree": `queries` new tokens of the context at once (isa/kernels/tree_decode.s, a causal chain)."""
+    key = (str(memory.resolved_tree), pnm, kind, group, dims, dtype, tile, context, queries)
     if key not in _TIMED:
-        _TIMED[key] = _timed_run_uncached(memory, pnm, kind, group, dims, dtype, tile, context)
+        _TIMED[key] = _timed_run_uncached(memory, pnm, kind, group, dims, dtype, tile, context, queries)
     return _TIMED[key]
 
 
 def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dims: tuple[int, int], dtype: str,
-                        tile: int, context: int) -> tuple[float, float, float]:
+                        tile: int, context: int, queries: int) -> tuple[float, float, float]:
     api = _timed_api()
     assert not isinstance(api, str)
     warm_up, unit_requests, parse_shape, simulate, device_layout, load_pnm_config, build_workload, sram_reuse = api
@@ -140,9 +156,9 @@ def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: in
         kernel = KERNELS / "mla_decode.s"
         text = f"heads={group},kv_lora_rank={dims[0]},rope_dim={dims[1]},context={context},batch=1,tile={tile}"
     else:
-        kernel = KERNELS / "gqa_decode.s"
+        kernel = KERNELS / ("tree_decode.s" if kind == "tree" else "gqa_decode.s")
         text = (f"heads={group},kv_heads=1,head_dim={dims[0]},context={context},batch=1,tile={tile},"
-                f"kv_dtype={dtype}")
+                f"kv_dtype={dtype}" + (f",queries={queries}" if kind == "tree" else ""))
     warm_up(memory)
     shape = parse_shape(text, kernel)
     work = build_workload(shape, kernel, units=1, address_space="channel_local",
@@ -159,7 +175,7 @@ def timed(geo: KvGeometry, share: ChannelShare, pnm: PnmSpec, memory: MemoryConf
     group = math.ceil(geo.query_group / sram.passes)
     dims = (geo.out_dim, geo.qk_dim - geo.out_dim) if kind == "mla" else (geo.qk_dim, 0)
     dtype = _KV_DTYPES[geo.element_bytes]
-    (t1, _, _), (t2, hit_rate, reuse) = (_timed_run_ns(memory, pnm, kind, group, dims, dtype, sram.tile_tokens, n)
+    (t1, _, _), (t2, hit_rate, reuse) = (timed_run_ns(memory, pnm, kind, group, dims, dtype, sram.tile_tokens, n)
                                          for n in sample_tokens)
     sram = replace(sram, hit_rate=hit_rate, reuse_factor=reuse)  # counted by the unit, not derived
     per_token = (t2 - t1) / (sample_tokens[1] - sample_tokens[0])

@@ -11,7 +11,8 @@ Per layer:
   The pool lays a layer's head contexts end to end and cuts them evenly over its channels, so the busiest
   channel's work depends on the total cached tokens, which the mean context keeps;
 * prefill attention: over its new tokens on the GPU (roofline, causal); over a cached prefix in a PNM pool on
-  the PNM units (roofline of their MACs and the pool's peak bandwidth, queries and outputs over the links) or
+  the PNM units (chunks of up to 16 tokens timed with the multi-token kernel, archsim.system.multi_token; longer
+  ones the roofline of their MACs and the pool's peak bandwidth; queries and outputs over the links) or
   on the GPUs after bringing the prefix over the links, whichever is faster; elsewhere on the GPU from HBM (the
   serving engine loads remote prefixes into HBM first);
 * the prefill's new KV written to the KV's home over the links (G1: none), overlapped with the layer's work:
@@ -35,6 +36,7 @@ from archsim.system.config import GpuConfig, SystemConfig
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.gpu import GpuLayerTime, gpu_layer_time, gpu_work, layer_allreduce_ns, roofline_ns
 from archsim.system.links import analytic_share_GBps
+from archsim.system.multi_token import QUERIES_MAX, pool_layer_ns
 from archsim.system.placements import PLACEMENTS, placement_of
 from archsim.system.workload import Workload
 
@@ -201,10 +203,14 @@ def prefill_layer_ns(system: SystemConfig, workload: Workload, cached: np.ndarra
         if system.attention == "pnm" and system.pool is not None and system.pool.pnm is not None:
             # with the KV in a PNM pool the prefix is not in HBM: attend in place in the PNM units, or bring
             # the prefix to the GPUs over the links, whichever is faster (many queries make the PNM's MACs,
-            # not its DRAM, the bound)
+            # not its DRAM, the bound); short chunks run the multi-token kernel on the timed unit
             with_prefix = float(n[c > 0].sum())  # only chunks over a cached prefix send queries to the pool
-            in_pool = _pnm_prefix_ns(system, prefix_pairs * heads * per_token_macs, prefix_bytes,
-                                     with_prefix * heads * per_token_macs * 4, names)
+            short = (c > 0) & (n <= QUERIES_MAX)
+            timed = pool_layer_ns(system, shape, geo.element_bytes, c[short], n[short]) if short.any() else None
+            rest = (c > 0) & ~short if timed is not None else c > 0
+            in_pool = (timed or 0.0) + _pnm_prefix_ns(system, float((n * c)[rest].sum()) * heads * per_token_macs,
+                                                      float(c[rest].sum()) * row,
+                                                      with_prefix * heads * per_token_macs * 4, names)
             share = analytic_share_GBps(system.topology, names, system.kv_endpoint, None)
             brought = prefix_bytes / (share * len(names))
             out["gpu"] -= on_gpu
