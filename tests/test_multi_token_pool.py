@@ -1,4 +1,4 @@
-"""Short chunks over a cached prefix in the PNM pool, timed by isa/kernels/tree_decode.s (archsim.system.multi_token)."""
+"""Short chunks over a cached prefix in the PNM pool, timed by isa/kernels/tree_decode.s (system.multi_token)."""
 
 from __future__ import annotations
 
