@@ -17,7 +17,7 @@ from archsim.serving.scenario import SCENARIOS_DIR, load_scenario, scenario_from
 pytestmark = pytest.mark.unit
 
 SHIPPED = ("fixed-input", "multiturn", "shared-prefix", "reasoning", "mooncake-sample", "long-short-mix",
-           "speculative")
+           "speculative", "tree-search")
 MODEL = {"preset": "llama-3.1-70b", "source": "test"}
 
 
@@ -43,7 +43,7 @@ def test_shipped_scenarios_draw_the_same_arrays_for_a_seed(name):
     for field in ("arrival_ns", "prev", "think_ns", "session", "turn", "input_tokens", "output_tokens",
                   "block_offsets", "block_keys"):
         assert np.array_equal(getattr(a, field), getattr(b, field), equal_nan=True), field
-    if name not in ("fixed-input", "mooncake-sample", "speculative"):  # these draw nothing at random
+    if name not in ("fixed-input", "mooncake-sample", "speculative", "tree-search"):  # no random lengths
         c = scn.requests(n_requests=n, seed=8)
         assert not all(np.array_equal(getattr(a, f), getattr(c, f), equal_nan=True)
                        for f in ("arrival_ns", "input_tokens", "output_tokens", "think_ns"))

@@ -12,12 +12,13 @@ from collections.abc import Callable
 import numpy as np
 
 from archsim.errors import ConfigError
+from archsim.serving.branching import Program, program
 from archsim.serving.requests import RequestTable, content_id, mix
 from archsim.serving.scenario import Arrivals, LengthDist, Scenario
 
 # content-id tags of prompt segments (requests.py chains them into block keys)
 PREFIX, USER, ANSWER = 1, 2, 3
-_STREAMS = ("arrivals", "turns", "input", "new_tokens", "output", "prefix", "think", "reasoning")
+_STREAMS = ("arrivals", "turns", "input", "new_tokens", "output", "prefix", "think", "reasoning", "programs")
 
 
 def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float | None = None, seed: int = 0,
@@ -38,6 +39,8 @@ def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float
         return _from_trace(scn, n_requests, duration_ns, seed, block_tokens)
     rng = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
     assert scn.arrivals is not None and scn.input is not None and scn.output is not None
+    if scn.branching is not None:
+        return _build_programs(scn, n_requests, duration_ns, rng, block_tokens)
     turns_dist = scn.sessions.turns if scn.sessions else LengthDist("fixed", value=1)
     turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng,
                                          lambda k: turns_dist.sample(rng["turns"], k))
@@ -151,6 +154,100 @@ def _assemble(scn: Scenario, shape: _Layout, starts: np.ndarray, user: np.ndarra
     return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
                                       turn=shape.turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
                                       seg_tokens=lens, block_tokens=block_tokens)
+
+
+def _build_programs(scn: Scenario, n_requests: int | None, duration_ns: float | None,
+                    rng: dict[str, np.random.Generator], block_tokens: int) -> RequestTable:
+    """Sessions that are programs (archsim.serving.branching): rows in dependency order, each continuing its
+    parent row's prompt and answer; `--requests` counts rows (the last program is cut to fit)."""
+    assert scn.branching is not None and scn.input is not None and scn.output is not None
+    programs: list[Program] = []
+
+    def draw_rows(k: int) -> np.ndarray:
+        prompts, answers = scn.input.sample(rng["input"], k), scn.output.sample(rng["output"], k)
+        if scn.reasoning is not None:
+            long = rng["reasoning"].random(k) < scn.reasoning.fraction
+            answers[long] = scn.reasoning.output.sample(rng["reasoning"], int(long.sum()))
+        branching = scn.branching
+        assert branching is not None
+        programs.extend(program(branching, int(p), int(a), rng["programs"])
+                        for p, a in zip(prompts.tolist(), answers.tolist(), strict=True))
+        return np.array([len(p.parent) for p in programs[-k:]], dtype=np.int64)
+
+    rows, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng, draw_rows)
+    shape = _Layout(rows)
+    base = shape.first_row[shape.session]
+
+    def flat(field: str) -> np.ndarray:  # the sessions' rows (the last program cut to its share)
+        parts = [getattr(p, field)[:n] for p, n in zip(programs[:shape.sessions], rows.tolist(), strict=True)]
+        return np.concatenate(parts).astype(np.int64)
+
+    parent, after, user, output = flat("parent"), flat("after"), flat("user"), flat("output")
+    parent = np.where(parent >= 0, parent + base, -1)
+    prev = np.where(after >= 0, after + base, -1)
+    turn = np.zeros(shape.n, dtype=np.int32)
+    for r in np.flatnonzero(prev >= 0).tolist():  # rows come after what they wait for
+        turn[r] = turn[prev[r]] + 1
+    prefix_group = _prefix_groups(scn, shape.sessions, rng)
+    arrival = np.full(shape.n, np.nan)
+    arrival[shape.first_row] = starts
+    think = np.zeros(shape.n)
+    _close_the_loop(scn, shape, prev, think, rng)
+    seg_offsets, ids, lens = _tree_segments(shape.session, parent, prefix_group, user, output,
+                                            scn.prefix.tokens if scn.prefix else 0)
+    return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
+                                      turn=turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
+                                      seg_tokens=lens, block_tokens=block_tokens)
+
+
+def _prefix_groups(scn: Scenario, sessions: int, rng: dict[str, np.random.Generator]) -> np.ndarray:
+    prefix_group = np.full(sessions, -1, dtype=np.int64)
+    if scn.prefix is not None:
+        has = rng["prefix"].random(sessions) < scn.prefix.fraction
+        groups = rng["prefix"].integers(scn.prefix.groups, size=sessions)
+        prefix_group[has] = groups[has]
+    return prefix_group
+
+
+def _close_the_loop(scn: Scenario, shape: _Layout, prev: np.ndarray, think: np.ndarray,
+                    rng: dict[str, np.random.Generator]) -> None:
+    """In a closed loop a user's next session waits for the last row of its previous one (think time from the
+    arrivals); in place."""
+    assert scn.arrivals is not None
+    if scn.arrivals.process != "closed_loop":
+        return
+    users, gap = scn.arrivals.users, scn.arrivals.think
+    assert users is not None and gap is not None
+    waiting = np.arange(users, shape.sessions)
+    prev[shape.first_row[waiting]] = shape.first_row[waiting - users] + shape.turns[waiting - users] - 1
+    think[shape.first_row[waiting]] = gap.sample(rng["think"], len(waiting))
+
+
+def _tree_segments(session: np.ndarray, parent: np.ndarray, prefix_group: np.ndarray, user: np.ndarray,
+                   output: np.ndarray, prefix_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's prompt: [shared prefix] + along its content ancestors from the root, their own tokens and
+    answers + its own tokens (content ids by row, as _segments gives them)."""
+    kinds: list[int] = []
+    refs: list[int] = []
+    lens: list[int] = []
+    offsets = [0]
+    for r in range(len(session)):
+        if prefix_group[session[r]] >= 0:
+            kinds.append(PREFIX)
+            refs.append(int(prefix_group[session[r]]))
+            lens.append(prefix_tokens)
+        path = [r]
+        while parent[path[-1]] >= 0:
+            path.append(int(parent[path[-1]]))
+        for q in reversed(path):
+            for kind, tokens in ((USER, user[q]), (ANSWER, output[q])):
+                if tokens > 0 and (q != r or kind == USER):
+                    kinds.append(kind)
+                    refs.append(q)
+                    lens.append(int(tokens))
+        offsets.append(len(kinds))
+    ids = mix(mix(content_id(), np.asarray(kinds, dtype=np.uint64)), np.asarray(refs, dtype=np.uint64))
+    return np.asarray(offsets, dtype=np.int64), ids, np.asarray(lens, dtype=np.int64)
 
 
 def _segments(session: np.ndarray, first_row: np.ndarray, prefix_group: np.ndarray, user: np.ndarray,

@@ -134,10 +134,20 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def successors(table: RequestTable) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets[n+1], ids): the requests that wait for each request (its next turn, or a program's rows that
+    fork from it), in row order."""
+    waiting = np.flatnonzero(table.prev >= 0)
+    ids = waiting[np.argsort(table.prev[waiting], kind="stable")]
+    offsets = np.zeros(len(table) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(table.prev[waiting], minlength=len(table)), out=offsets[1:])
+    return offsets, ids
+
+
+def context_keys(table: RequestTable, succ: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Block keys of each request's whole KV (prompt + output): full prompt blocks keep the table's keys, blocks
-    of the output take the next turn's keys (same content) when the next turn keeps the history, the rest get
-    keys of their own (a salted mix of request id and block index). Returns (keys, offsets[n+1])."""
+    of the output take the keys of the first request waiting for it that keeps its history (same content), the
+    rest get keys of their own (a salted mix of request id and block index). Returns (keys, offsets[n+1])."""
     bt = table.block_tokens
     total_tokens = table.input_tokens + np.maximum(table.output_tokens - 1, 0)
     nblocks = np.maximum(-(-total_tokens // bt), -(-table.input_tokens // bt)).astype(np.int64)
@@ -152,12 +162,12 @@ def context_keys(table: RequestTable, next_turn: np.ndarray) -> tuple[np.ndarray
         own = table.keys(r)
         full = int(table.input_tokens[r] // bt)
         keys[offsets[r]:offsets[r] + full] = own[:full]
-        nx = int(next_turn[r])
-        if nx >= 0:
+        for nx in succ[1][succ[0][r]:succ[0][r + 1]].tolist():
             later = table.keys(nx)
             upto = min(int(total_tokens[r] // bt), len(later), int(nblocks[r]))
             if upto > full and np.array_equal(later[:full], own[:full]):
                 keys[offsets[r] + full:offsets[r] + upto] = later[full:upto]
+                break
     return keys, offsets
 
 
@@ -184,7 +194,7 @@ class _Engine:
             raise ArchsimError(f"request {int(short[0])} has {int(table.input_tokens[short[0]])} input and "
                                f"{int(table.output_tokens[short[0]])} output tokens; both must be at least 1",
                                where="requests")
-        self.n = n = len(table)
+        self.n = len(table)
         self.T = len(spec.tiers)
         self.bt = spec.block_tokens
         self.kvb = spec.kv_bytes_per_token
@@ -199,10 +209,8 @@ class _Engine:
         self._build_caches()
         self.in_tokens = table.input_tokens.astype(np.int64)
         self.out_tokens = table.output_tokens.astype(np.int64)
-        self.next_turn = np.full(n, -1, dtype=np.int64)
-        has_prev = table.prev >= 0
-        self.next_turn[table.prev[has_prev]] = np.nonzero(has_prev)[0]
-        self.ckeys, self.coff = context_keys(table, self.next_turn)
+        self.succ_off, self.succ = successors(table)
+        self.ckeys, self.coff = context_keys(table, (self.succ_off, self.succ))
         self.lookup_blocks = np.maximum(self.in_tokens - 1, 0) // self.bt   # at least one prompt token computes
         self._init_request_state()
         self._init_instances()
@@ -378,10 +386,14 @@ class _Engine:
 
     def _reject(self, r: int, why: int) -> None:
         self.state[r], self.rejected[r] = REJECTED, why
-        nx = int(self.next_turn[r])
-        while nx >= 0:        # a later turn of the session never arrives
+        stack = self._waiting_for(r)
+        while stack:          # what waits for it (later turns, a program's rows) never arrives
+            nx = stack.pop()
             self.state[nx], self.rejected[nx] = REJECTED, REJECT_PREVIOUS
-            nx = int(self.next_turn[nx])
+            stack.extend(self._waiting_for(nx))
+
+    def _waiting_for(self, r: int) -> list[int]:
+        return self.succ[self.succ_off[r]:self.succ_off[r + 1]].tolist()
 
     def _route(self, r: int) -> int:
         k = self.routable
@@ -1031,10 +1043,11 @@ class _Engine:
         self.queued_tokens[i] -= self.in_tokens[r] + self.out_tokens[r]
         self._count_inflight(t, -1)
         self.span_end = max(self.span_end, t)
-        nx = int(self.next_turn[r])
-        if nx >= 0:
+        waiting = self._waiting_for(r)
+        if waiting:
             # the output's blocks (the prompt's went down when its prefill finished)
             self._write_through(i, r, keys[int(self.in_tokens[r] // self.bt):int(self.ctx[r] // self.bt)], t)
+        for nx in waiting:
             self.arrival[nx] = t + float(self.table.think_ns[nx])
             self._push(float(self.arrival[nx]), EV_ARRIVAL, nx)
 

@@ -19,6 +19,9 @@
       reasoning: {fraction: 1.0, output: {dist: uniform, min: 8192, max: 32768}, source: ...}
       slo: {ttft: 2s, tpot: 200ms, source: ...}
       speculative: {k: 4, acceptance: 0.7, draft: llama-3.2-1b, source: ...}  # draft k, verify at once
+      samples: {n: 8, source: ...}                       # or beam: {width, segment_tokens} or tree: {depth, width,
+                                                         # backtrack, eval_tokens} / {parents, eval_tokens}, each with
+                                                         # source: a program of rows forking from their parent's KV
       requests: {trace: PATH, format: mooncake, hash_block_tokens: 512, time_scale: 1.0, source: ...}
       # or {trace: PATH.npz, format: logical, think_time: 0s, source: ...} with `arrivals` (serving/logical.py)
 
@@ -46,6 +49,8 @@ from archsim.errors import ConfigError
 from archsim.inputs import check_input, read_text_input
 from archsim.resources import data_path
 from archsim.section import Section
+from archsim.serving.branching import KINDS as BRANCHING_KINDS
+from archsim.serving.branching import Branching
 from archsim.units import parse_time_ns
 
 if TYPE_CHECKING:
@@ -172,6 +177,7 @@ class Scenario:
     slo: Slo | None
     trace: TraceInput | None
     speculative: Speculative | None = None
+    branching: Branching | None = None  # best-of-N, beam or tree search programs (archsim.serving.branching)
 
     def summary(self) -> dict[str, Any]:
         """What a result entry says about its scenario (paths as archsim.resources.display_path names them)."""
@@ -241,9 +247,10 @@ def scenario_from_mapping(tree: Any, *, file: str | None = None) -> Scenario:
         sessions = prefix = reasoning = None
     slo = _parse_slo(root.sub("slo")) if root.has("slo") else None
     speculative = _parse_speculative(root.sub("speculative"), model) if root.has("speculative") else None
+    branching = _parse_branching(root)
     root.done()
     return Scenario(name, description, model, file, arrivals, input_, output, sessions, prefix, reasoning, slo, trace,
-                    speculative)
+                    speculative, branching)
 
 
 def _source(s: Section) -> None:
@@ -451,6 +458,56 @@ def _parse_speculative(s: Section, target: str) -> Speculative:
     _source(s)
     s.done()
     return Speculative(k, acceptance, draft)
+
+
+def _parse_branching(root: Section) -> Branching | None:
+    """At most one of samples / beam / tree; programs draw their own prompts, not sessions or a trace's."""
+    given = [k for k in BRANCHING_KINDS if root.has(k)]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise root.error(given[1], f"give one of {', '.join(BRANCHING_KINDS)}, not {given[0]} and {given[1]}")
+    kind = given[0]
+    for other in ("sessions", "requests"):
+        if root.has(other):
+            raise root.error(kind, f"a {kind} program forks its own rows: it does not combine with {other}")
+    s = root.sub(kind)
+    if kind == "samples":
+        b = Branching(kind, samples=_count(s, "n"))
+    elif kind == "beam":
+        b = Branching(kind, width=_count(s, "width"), segment_tokens=_count(s, "segment_tokens"))
+    else:
+        b = _parse_tree(s)
+    _source(s)
+    s.done()
+    return b
+
+
+def _parse_tree(s: Section) -> Branching:
+    eval_tokens = s.raw("eval_tokens", 0)
+    if isinstance(eval_tokens, bool) or not isinstance(eval_tokens, int) or eval_tokens < 0:
+        raise s.error("eval_tokens", f"must be a non-negative integer, got {eval_tokens!r}")
+    if s.has("parents"):
+        for key in ("depth", "width", "backtrack"):
+            if s.has(key):
+                raise s.error(key, "parents gives the tree: drop depth, width and backtrack")
+        parents = s.raw("parents")
+        if not isinstance(parents, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in parents):
+            raise s.error("parents", f"expected a list of integers, got {parents!r}")
+        from archsim.pnm.problem.reference import tree_error
+
+        try:
+            tree_error(parents)
+        except ValueError as exc:
+            raise s.error("parents", str(exc)) from None
+        if parents.count(-1) != 1:
+            raise s.error("parents", f"a search tree has one root (one -1), got {parents.count(-1)}")
+        return Branching("tree", parents=tuple(parents), eval_tokens=eval_tokens)
+    backtrack = s.float("backtrack", 0.0)
+    if not 0 <= backtrack <= 1:
+        raise s.error("backtrack", f"must lie in [0, 1], got {backtrack}")
+    return Branching("tree", width=_count(s, "width"), depth=_count(s, "depth"), backtrack=backtrack,
+                     eval_tokens=eval_tokens)
 
 
 def _parse_trace(s: Section, base: Path) -> TraceInput:
