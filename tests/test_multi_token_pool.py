@@ -77,3 +77,16 @@ def test_mla_and_long_chunks_are_not_timed_by_the_kernel():
     deepseek = load_preset("deepseek-v2-lite").shape()
     assert multi_token.unit_fit(G25, deepseek, 2, 4) is None
     assert multi_token.pool_layer_ns(G25, SHAPE, 2, np.array([1000]), np.array([multi_token.QUERIES_MAX + 1])) is None
+
+
+def test_a_shared_prefix_read_once_saves_what_the_units_compute_allows():
+    """8 sequences sharing a 30K-token prefix: the kernel streams the prefix once with 8 x 8 query rows, so
+    the pool's time falls by less than 8x (the MAC array binds), and more sharers save more."""
+    prefix = np.array([30_000])
+    four = multi_token.shared_prefix_factor(G25, SHAPE, 2, prefix, [np.full(4, 100)])
+    eight = multi_token.shared_prefix_factor(G25, SHAPE, 2, prefix, [np.full(8, 100)])
+    assert 1 / 8 < eight < four < 1.0
+    # a short prefix does not pay for the kernel's fixed cost: the sequences read their own KV
+    assert multi_token.shared_prefix_factor(G25, SHAPE, 2, np.array([500]), [np.full(4, 100)]) == 1.0
+    roofline_system = replace(G25, pool=replace(G25.pool, pnm=replace(G25.pool.pnm, model="roofline")))
+    assert multi_token.shared_prefix_factor(roofline_system, SHAPE, 2, prefix, [np.full(8, 100)]) == 1.0

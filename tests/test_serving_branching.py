@@ -144,3 +144,20 @@ def test_bad_programs_are_one_line_naming_file_and_key(tmp_path: Path, part, key
     assert len(lines) == 1 and "Traceback" not in result.output
     assert str(path) in lines[0] and f"scenario.{key}" in lines[0] and words in lines[0], lines[0]
     assert not out.exists()
+
+
+def test_branches_in_a_pnm_pool_read_their_shared_prompt_once(monkeypatch):
+    """Best-of-8 on a 30K-token prompt on G2.5: the pool's multi-token kernel reads the prompt once for the
+    eight answers; reading it once per answer (every group dissolved) decodes more slowly."""
+    from archsim.serving import engine
+
+    tree = _tree(samples={"n": 8, "source": "t"})
+    tree["scenario"]["input"]["value"] = 30_000
+    tree["scenario"]["output"]["value"] = 65
+    tree["scenario"]["arrivals"]["users"] = 1
+    scenario = scenario_from_mapping(tree, file=str(SCENARIOS_DIR / "tree-search.yaml"))
+    system = load_system_config("g25")
+    shared = run_system(system, scenario, requests_source(scenario, 9, None, 0), warmup=0).metrics
+    monkeypatch.setattr(engine._Engine, "_shared_groups", lambda self, ids, decoding: None)
+    alone = run_system(system, scenario, requests_source(scenario, 9, None, 0), warmup=0).metrics
+    assert shared["tpot_ms"]["mean"] < 0.97 * alone["tpot_ms"]["mean"]

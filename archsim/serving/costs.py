@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from archsim.models import dtype_bytes
 from archsim.system.config import SystemConfig
 from archsim.system.mixed import (
     NO_PREFILL,
@@ -31,6 +32,7 @@ from archsim.system.mixed import (
     prefill_layer_ns,
     ring_stretch,
 )
+from archsim.system.multi_token import shared_prefix_factor
 from archsim.system.workload import Workload
 
 GRID_RATIO = 4  # cached-token grid: 0, 1024, 4096, ... ; sequences grid: 1, 2, 4, ...
@@ -105,7 +107,10 @@ class StepCostTable:
         base = corners[0][0]
         return DecodeTerms(d, n // d, base.kind, mix("pool_ns"), mix("route_latency_ns"), mix("allreduce_stretch"))
 
-    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray) -> float:
+    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray,
+                     shared: tuple[np.ndarray, list[np.ndarray]] | None = None) -> float:
+        """`shared`: groups of decode sequences in the pool sharing a prefix (each group's prefix tokens and its
+        members' private tokens), which the pool's multi-token kernel reads once per group."""
         cached = np.asarray(cached_tokens, dtype=np.int64)
         new = np.asarray(new_tokens, dtype=np.int64)
         tokens, sequences = int(new.sum()), int(new.size)
@@ -118,6 +123,10 @@ class StepCostTable:
         terms = None
         if d:
             terms = self.decode_part(d, n)
+            if shared is not None and terms.kind == "pnm":
+                factor = shared_prefix_factor(self.system, self.workload.shape, dtype_bytes(self.workload.dtype),
+                                              *shared)
+                terms = replace(terms, pool_ns=terms.pool_ns * factor)
             if len(self._seen) < 4096:
                 self._seen.append((d, n))
         stretch = ring_stretch(terms.allreduce_stretch, d, tokens) if terms is not None else 1.0

@@ -488,7 +488,8 @@ class _Engine:
         self.took_over = False
         ids_arr = np.array(ids, dtype=np.int64)
         decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any() and \
-            self.speculation is None  # the fast path runs one token per step
+            self.speculation is None and self._shared_groups(ids_arr, ~np.array(prefill, dtype=bool)) is None
+        # (the fast path runs one token per sequence and step, each reading its own KV)
         return ids_arr, np.array(news, dtype=np.int64), np.array(prefill, dtype=bool), decode_only
 
     def _verify_tokens(self, ids: np.ndarray) -> np.ndarray:
@@ -819,7 +820,43 @@ class _Engine:
     def _iteration_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
         if self.auto:
             return float(self.cost.iteration_ns(cached, news, self.res[ids] > 0))
+        shared = self._shared_groups(ids, news == 1)
+        if shared is not None:
+            return float(self.cost.iteration_ns(cached, news, shared=shared))
         return float(self.cost.iteration_ns(cached, news))
+
+    def _shared_groups(self, ids: np.ndarray, decoding: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """Decode sequences in a PNM pool that share leading KV blocks (forks of one program, a common prompt):
+        per group of two or more, the tokens of the blocks all of them hold and each one's other tokens, which
+        the pool's multi-token kernel reads once per group and once per sequence (None: no such group)."""
+        if self.pool_index < 0 or self.auto or self.spec.tiers[self.pool_index].compute != "pnm":
+            return None
+        dec = ids[decoding]
+        dec = dec[(self.base + self.res[dec] == self.pool_index) & (self.ctx[dec] >= self.bt)]
+        if len(dec) < 2:
+            return None
+        first = self.ckeys[self.coff[dec]]
+        order = np.argsort(first, kind="stable")
+        dec, first = dec[order], first[order]
+        starts = np.flatnonzero(np.concatenate([[True], first[1:] != first[:-1]]))
+        ends = np.append(starts[1:], len(dec))
+        prefixes, privates = [], []
+        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+            if hi - lo < 2:
+                continue
+            members = dec[lo:hi]
+            full = self.ctx[members] // self.bt
+            head = self.ckeys[self.coff[members[0]]:self.coff[members[0]] + int(full.min())]
+            common = len(head)
+            for r, blocks in zip(members[1:].tolist(), full[1:].tolist(), strict=True):
+                mine = self.ckeys[self.coff[r]:self.coff[r] + min(common, blocks)]
+                same = mine == head[:len(mine)]
+                common = int(np.argmin(np.append(same, False)))
+            prefixes.append(common * self.bt)
+            privates.append(self.ctx[members] - common * self.bt)
+        if not prefixes:
+            return None
+        return np.asarray(prefixes, dtype=np.int64), privates
 
     def _load_pays(self, r: int, hits: np.ndarray, lead: int, found: int, v: int) -> bool:
         """Loading the hit blocks from lower tiers beats recomputing them (and what follows the first)."""

@@ -138,7 +138,8 @@ _TIMED: dict[tuple[object, ...], tuple[float, float, float]] = {}
 def timed_run_ns(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: int, dims: tuple[int, int], dtype: str,
                  tile: int, context: int, queries: int = 1) -> tuple[float, float, float]:
     """Time of one head context on one unit, and the SRAM hit rate and reuse factor the run counted; kind
-    "tree": `queries` new tokens of the context at once (isa/kernels/tree_decode.s, a causal chain)."""
+    "tree": `queries` new tokens of the context at once (isa/kernels/tree_decode.s, a causal chain), "tree-roots":
+    `queries` tokens that each see the context and themselves (sequences sharing the context as a prefix)."""
     key = (str(memory.resolved_tree), pnm, kind, group, dims, dtype, tile, context, queries)
     if key not in _TIMED:
         _TIMED[key] = _timed_run_uncached(memory, pnm, kind, group, dims, dtype, tile, context, queries)
@@ -156,9 +157,10 @@ def _timed_run_uncached(memory: MemoryConfig, pnm: PnmSpec, kind: str, group: in
         kernel = KERNELS / "mla_decode.s"
         text = f"heads={group},kv_lora_rank={dims[0]},rope_dim={dims[1]},context={context},batch=1,tile={tile}"
     else:
-        kernel = KERNELS / ("tree_decode.s" if kind == "tree" else "gqa_decode.s")
+        tree = {"tree": f",queries={queries}", "tree-roots": ",parents=" + ":".join(["-1"] * queries)}
+        kernel = KERNELS / ("tree_decode.s" if kind in tree else "gqa_decode.s")
         text = (f"heads={group},kv_heads=1,head_dim={dims[0]},context={context},batch=1,tile={tile},"
-                f"kv_dtype={dtype}" + (f",queries={queries}" if kind == "tree" else ""))
+                f"kv_dtype={dtype}" + tree.get(kind, ""))
     warm_up(memory)
     shape = parse_shape(text, kernel)
     work = build_workload(shape, kernel, units=1, address_space="channel_local",

@@ -8,6 +8,10 @@ layer's time is the busiest channel's, its pieces of the layer's head contexts l
 over the channels, as decode lays them (archsim.kvlayout.range_bounds), each piece costing its context's fixed
 time plus its tokens at the per-token time. Longer chunks and GQA-less models (MLA) keep the roofline of
 archsim.system.mixed.
+
+The same kernel reads a prefix that several decoding sequences share once for all of them (their tokens are its
+queries): `shared_prefix_factor` is the decode time with that reading over the time without, which the serving
+engine applies to the pool's tabulated decode time.
 """
 
 from __future__ import annotations
@@ -26,21 +30,24 @@ SAMPLE_TOKENS = (1024, 4096)
 _FITS: dict[tuple[object, ...], tuple[float, float] | None] = {}
 
 
-def unit_fit(system: SystemConfig, shape: ModelShape, element_bytes: int, queries: int) -> tuple[float, float] | None:
-    """(fixed ns, ns per token) of one head context with `queries` new tokens on one PNM unit, or None when the
-    timed unit cannot run the kernel here (roofline model, MLA, a scratchpad too small for the query rows)."""
+def unit_fit(system: SystemConfig, shape: ModelShape, element_bytes: int, queries: int,
+             roots: bool = False) -> tuple[float, float] | None:
+    """(fixed ns, ns per token) of one head context with `queries` new tokens on one PNM unit (a causal chain,
+    or with `roots` tokens that see only the context and themselves), or None when the timed unit cannot run
+    the kernel here (roofline model, MLA, a scratchpad too small for the query rows)."""
     pool = system.pool
     assert pool is not None and pool.pnm is not None
     pnm = pool.pnm
-    key = (repr(pool), shape.name, element_bytes, queries)
+    key = (repr(pool), shape.name, element_bytes, queries, roots)
     if key not in _FITS:
         _FITS[key] = None
         if shape.attention != "mla" and timed_kernels_unavailable(pnm, element_bytes) is None:
             group = shape.num_attention_heads // shape.kv_cache_heads
             try:
                 (t1, _, _), (t2, _, _) = (
-                    timed_run_ns(pool.memory, pnm, "tree", group, (shape.head_dim, 0), kernel_kv_dtype(element_bytes),
-                                 pnm.tile_tokens, n + queries, queries) for n in SAMPLE_TOKENS)
+                    timed_run_ns(pool.memory, pnm, "tree-roots" if roots else "tree", group, (shape.head_dim, 0),
+                                 kernel_kv_dtype(element_bytes), pnm.tile_tokens, n + queries, queries)
+                    for n in SAMPLE_TOKENS)
             except ArchsimError:  # the query rows do not fit the unit's SRAM: the roofline answers
                 return None
             per_token = (t2 - t1) / (SAMPLE_TOKENS[1] - SAMPLE_TOKENS[0])
@@ -64,11 +71,48 @@ def pool_layer_ns(system: SystemConfig, shape: ModelShape, element_bytes: int, c
     lengths = np.repeat(np.asarray(cached, dtype=np.int64) + queries, heads)
     fixed = np.repeat([fits[q][0] for q in queries.tolist()], heads)
     per_token = np.repeat([fits[q][1] for q in queries.tolist()], heads)
+    return _busiest_channel_ns(lengths, fixed, per_token, pool.channels)
+
+
+def _busiest_channel_ns(lengths: np.ndarray, fixed: np.ndarray, per_token: np.ndarray, channels: int) -> float:
+    """Head contexts of `lengths` tokens laid end to end and cut evenly over the channels; each piece costs its
+    context's fixed time plus its tokens at the per-token time; the busiest channel's sum."""
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    bounds = range_bounds(int(starts[-1]), pool.channels)
+    bounds = range_bounds(int(starts[-1]), channels)
     cuts = np.union1d(starts, bounds)
     lo, tokens = cuts[:-1], np.diff(cuts)
     context = np.searchsorted(starts, lo, side="right") - 1
-    channel = np.minimum(np.searchsorted(bounds, lo, side="right") - 1, pool.channels - 1)
-    cost = fixed[context] + per_token[context] * tokens
-    return float(np.bincount(channel, cost, minlength=pool.channels).max())
+    channel = np.minimum(np.searchsorted(bounds, lo, side="right") - 1, channels - 1)
+    return float(np.bincount(channel, fixed[context] + per_token[context] * tokens, minlength=channels).max())
+
+
+def shared_prefix_factor(system: SystemConfig, shape: ModelShape, element_bytes: int, prefix_tokens: np.ndarray,
+                         private_tokens: list[np.ndarray]) -> float:
+    """Decode attention in the pool for groups of sequences sharing a prefix, read once for the group (the
+    multi-token kernel with the group's tokens as its queries: compute for all, DRAM bytes once) and then each
+    sequence's private tokens, over the same decode read per sequence: the ratio of the kernel's busiest-channel
+    times (fits as `unit_fit`). 1.0 when the kernel cannot run (roofline model, MLA)."""
+    pool = system.pool
+    assert pool is not None
+    single = unit_fit(system, shape, element_bytes, 1)
+    widths = [len(p) for p in private_tokens]
+    fits = {w: unit_fit(system, shape, element_bytes, min(w, QUERIES_MAX), roots=True) for w in set(widths)}
+    if single is None or any(f is None for f in fits.values()):
+        return 1.0
+    heads = shape.kv_cache_heads
+    flat = np.concatenate([p + int(s) for s, p in zip(prefix_tokens.tolist(), private_tokens, strict=True)])
+    one = np.full(len(flat) * heads, single[0])
+    flat_ns = _busiest_channel_ns(np.repeat(flat, heads), one, np.full(len(flat) * heads, single[1]), pool.channels)
+    lengths, fixed, per_token = [], [], []
+    for s, p, w in zip(prefix_tokens.tolist(), private_tokens, widths, strict=True):
+        f = fits[w]
+        assert f is not None
+        # more sharers than the kernel's queries: the prefix is read once per QUERIES_MAX of them
+        passes = -(-w // QUERIES_MAX)
+        lengths += [s] * passes + p.tolist()
+        fixed += [f[0]] * passes + [single[0]] * len(p)
+        per_token += [f[1]] * passes + [single[1]] * len(p)
+    tree_ns = _busiest_channel_ns(np.repeat(lengths, heads), np.repeat(fixed, heads), np.repeat(per_token, heads),
+                                  pool.channels)
+    # the host picks the kernel per batch: sharing only where it is faster (short prefixes pay its fixed cost)
+    return min(1.0, tree_ns / flat_ns) if flat_ns > 0 else 1.0
