@@ -89,6 +89,7 @@ class GpuPreset:
     allreduce: AllReduceParams
     calibration: Calibration
     source_file: str
+    l2_capacity_bytes: int = 0  # the on-chip L2 (0: not given); its replacement policy is not published: LRU
 
     @property
     def allreduce_gpu_counts(self) -> tuple[int, ...]:
@@ -139,6 +140,10 @@ def _time(section: Section, key: str) -> float:
 def _datasheet(s: Section) -> dict[str, object]:
     out = {"sm_count": s.int("sm_count", minimum=1), "peak_TFLOPS": _positive(s, "peak_TFLOPS"),
            "hbm_bandwidth_GBps": s.parsed("hbm_bandwidth", parse_bandwidth_GBps)}
+    if s.has("l2_capacity"):
+        out["l2_capacity_bytes"] = s.parsed("l2_capacity", parse_size_bytes)
+        if not out["l2_capacity_bytes"] > 0:
+            raise s.error("l2_capacity", "must be a positive size")
     s.done()
     return out
 

@@ -107,10 +107,17 @@ class StepCostTable:
         base = corners[0][0]
         return DecodeTerms(d, n // d, base.kind, mix("pool_ns"), mix("route_latency_ns"), mix("allreduce_stretch"))
 
-    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray,
-                     shared: tuple[np.ndarray, list[np.ndarray]] | None = None) -> float:
-        """`shared`: groups of decode sequences in the pool sharing a prefix (each group's prefix tokens and its
-        members' private tokens), which the pool's multi-token kernel reads once per group."""
+    def shared_prefix_factor(self, prefix_tokens: np.ndarray, private_tokens: list[np.ndarray]) -> float:
+        """The pool's decode time with each group's shared prefix read once over the time without (at most 1;
+        archsim.system.multi_token.shared_prefix_factor); 1 when decode attention is not in a PNM pool."""
+        if not self.tabulated or self.system.attention != "pnm" or self.system.pool is None:
+            return 1.0
+        return shared_prefix_factor(self.system, self.workload.shape, dtype_bytes(self.workload.dtype), prefix_tokens,
+                                    private_tokens)
+
+    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray, pool_scale: float = 1.0) -> float:
+        """`pool_scale`: the pool's decode time scaled (decode sequences sharing a prefix the pool reads once,
+        `shared_prefix_factor`)."""
         cached = np.asarray(cached_tokens, dtype=np.int64)
         new = np.asarray(new_tokens, dtype=np.int64)
         tokens, sequences = int(new.sum()), int(new.size)
@@ -123,10 +130,8 @@ class StepCostTable:
         terms = None
         if d:
             terms = self.decode_part(d, n)
-            if shared is not None and terms.kind == "pnm":
-                factor = shared_prefix_factor(self.system, self.workload.shape, dtype_bytes(self.workload.dtype),
-                                              *shared)
-                terms = replace(terms, pool_ns=terms.pool_ns * factor)
+            if pool_scale != 1.0 and terms.kind == "pnm":
+                terms = replace(terms, pool_ns=terms.pool_ns * pool_scale)
             if len(self._seen) < 4096:
                 self._seen.append((d, n))
         stretch = ring_stretch(terms.allreduce_stretch, d, tokens) if terms is not None else 1.0

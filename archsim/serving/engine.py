@@ -48,6 +48,7 @@ import numpy as np
 
 from archsim.errors import ArchsimError, ConfigError
 from archsim.serving.activity import ActivityLog
+from archsim.serving.gpu_l2 import GpuL2Sampler
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
@@ -105,6 +106,8 @@ class ServingResult:
     move_bytes: float = 0.0
     utilization: dict | None = None      # links and pool DRAM over time (archsim.serving.utilization)
     speculation: dict | None = None      # draft and verify: steps, tokens, rejected KV (serving.speculative)
+    gpu_l2: dict | None = None           # the GPU attention's sampled L2 reuse (archsim.serving.gpu_l2)
+    pool_decode_tokens: tuple[int, int] = (0, 0)  # KV tokens the pool's decode attention read, and fetched
 
     @property
     def mean_inflight(self) -> float:
@@ -113,16 +116,18 @@ class ServingResult:
 
 
 def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False,
-             placer: object | None = None, speculation: Speculation | None = None) -> ServingResult:
+             placer: object | None = None, speculation: Speculation | None = None,
+             l2: GpuL2Sampler | None = None) -> ServingResult:
     """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish.
     `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline). `placer`:
     with `placement: auto`, where each sequence's KV goes (archsim.plan.place.Placer); the cost then takes
     which sequences are pooled (archsim.serving.costs.SplitCost). `speculation`: decode by draft and verify
-    (archsim.serving.speculative)."""
+    (archsim.serving.speculative). `l2`: sample the GPU attention's L2 reuse (archsim.serving.gpu_l2)."""
     if spec.placement == "auto" and placer is None:
         raise ValueError("placement auto needs a placer")
     engine = _Engine(table, spec, cost, speculation)
     engine.placer = placer
+    engine.l2 = l2
     engine.activity = ActivityLog() if record else None
     return engine.run()
 
@@ -175,6 +180,7 @@ class _Engine:
     fast_decode = True     # the decode fast path (exact; off only to test that it is)
     activity: ActivityLog | None = None
     placer: Any = None     # placement auto: archsim.plan.place.Placer
+    l2: GpuL2Sampler | None = None
 
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost,
                  speculation: Speculation | None = None) -> None:
@@ -289,6 +295,8 @@ class _Engine:
         self.move_bytes = 0.0
         self.tier_read = np.zeros(T)
         self.tier_write = np.zeros(T)
+        self.pool_decode_tokens = 0   # KV tokens the pool's decode attention read (datapath), and fetched from DRAM
+        self.pool_decode_fetched = 0
         self.verify_steps = np.zeros(n, dtype=np.int64)  # speculation: verification steps each request ran
         self.rejected_tokens = 0                         # positions verified, written and then discarded
         self.verified_kv_read = 0.0                      # KV bytes the verification steps read (their contexts)
@@ -505,6 +513,7 @@ class _Engine:
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
         t_start = t
+        self._sample_l2(ids, self.ctx[ids])
         bound = self.heap[0][0] if self.heap else math.inf
         if self.iter_heap:
             others = self.iter_heap[0][0]
@@ -552,6 +561,9 @@ class _Engine:
                 n = int(on_pool.sum())
                 if n:  # step j reads ctx0 + j tokens of each sequence and appends one
                     first = float((ctx[on_pool] - done).sum())
+                    read = int(done * first + n * done * (done - 1) // 2)
+                    self.pool_decode_tokens += read
+                    self.pool_decode_fetched += read
                     tokens = done * first + n * done * (done - 1) / 2 + n * done
                     self.pool_bytes.add(t_start, t, tokens * self.kvb)
         return t
@@ -820,10 +832,31 @@ class _Engine:
     def _iteration_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
         if self.auto:
             return float(self.cost.iteration_ns(cached, news, self.res[ids] > 0))
-        shared = self._shared_groups(ids, news == 1)
-        if shared is not None:
-            return float(self.cost.iteration_ns(cached, news, shared=shared))
         return float(self.cost.iteration_ns(cached, news))
+
+    def _sample_l2(self, ids: np.ndarray, cached: np.ndarray) -> None:
+        """The GPU attention's block reads of a sampled iteration (sequences whose KV is in HBM)."""
+        if self.l2 is None or not self.l2.due(self.iterations):
+            return
+        on_gpu = (self.base + self.res[ids] == 0) & (cached > 0)
+        blocks = [self.ckeys[self.coff[r]:self.coff[r] + -(-int(c) // self.bt)]
+                  for r, c in zip(ids[on_gpu].tolist(), cached[on_gpu].tolist(), strict=True)]
+        self.l2.sample(self.iterations, blocks)
+
+    def _decode_reads(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
+        """The pool's decode-time scale for this batch (below 1 when its multi-token kernel reads prefixes that
+        decode sequences share once), counting the KV tokens the pool's decode attention reads and fetches."""
+        if self.pool_index < 0:
+            return 1.0
+        decoding = news == 1
+        read = int(cached[decoding & (self.base + self.res[ids] == self.pool_index)].sum())
+        self.pool_decode_tokens += read
+        shared = self._shared_groups(ids, decoding)
+        factor = self.cost.shared_prefix_factor(*shared) if shared is not None else 1.0
+        saved = sum(int(p) * (len(q) - 1) for p, q in zip(shared[0].tolist(), shared[1], strict=True)) \
+            if factor < 1.0 and shared is not None else 0
+        self.pool_decode_fetched += read - saved
+        return factor
 
     def _shared_groups(self, ids: np.ndarray, decoding: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
         """Decode sequences in a PNM pool that share leading KV blocks (forks of one program, a common prompt):
@@ -958,7 +991,10 @@ class _Engine:
     def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> None:
         self.busy[i] = True
         cached = self.ctx[ids]
-        compute_ns = self._iteration_ns(ids, cached, news)
+        self._sample_l2(ids, cached)
+        scale = self._decode_reads(ids, cached, news) if not self.auto else 1.0
+        compute_ns = float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else \
+            self._iteration_ns(ids, cached, news)
         if self.speculation is not None:       # the draft proposes before the target verifies
             drafting = draft_ns(self.speculation, cached, news, ~prefill)
             compute_ns += drafting
@@ -1203,7 +1239,9 @@ class _Engine:
             inflight_area_ns=self.inflight_area, span_start_ns=self.span_start, span_end_ns=self.span_end,
             cache_stats=stats, wall_s=wall_s, activity=self.activity.arrays() if self.activity is not None else None,
             home_tier=self.res.astype(np.int8) if self.auto else None, moves=self.moves.copy() if self.auto else None,
-            move_bytes=self.move_bytes, utilization=self._utilization(), speculation=self._speculation())
+            move_bytes=self.move_bytes, utilization=self._utilization(), speculation=self._speculation(),
+            gpu_l2=self.l2.summary() if self.l2 is not None and self.l2.reads else None,
+            pool_decode_tokens=(self.pool_decode_tokens, self.pool_decode_fetched))
 
     def _speculation(self) -> dict | None:
         sp = self.speculation

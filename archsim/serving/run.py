@@ -17,6 +17,7 @@ from archsim.serving.build import cost_table, serving_spec, serving_workload
 from archsim.serving.costs import StepCostTable
 from archsim.serving.energy import run_energy
 from archsim.serving.engine import ServingResult, simulate
+from archsim.serving.gpu_l2 import GpuL2Sampler
 from archsim.serving.metrics import summarize
 from archsim.serving.requests import RequestTable
 from archsim.serving.scenario import Scenario
@@ -92,7 +93,8 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
 
         placer = placer_for(system, workload, spec.tiers[spec.kv_home].name)
     try:
-        result = simulate(table, spec, cost, record=record, placer=placer, speculation=speculation)
+        result = simulate(table, spec, cost, record=record, placer=placer, speculation=speculation,
+                          l2=gpu_l2_sampler(system, workload, spec))
     except ArchsimError as exc:
         if exc.file is not None:
             raise  # bad input, not a system that cannot serve
@@ -105,9 +107,36 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     metrics["link_bytes"] = hop_link_bytes(system, workload, result)
     if result.home_tier is not None:
         metrics["placement"] = placement_summary(result)
+    metrics["cache_reuse"] = cache_reuse(workload, result)
     if result.speculation is not None:
         metrics["speculative"] = dict(result.speculation, draft=scenario.speculative.draft)
     return SystemRun(system, "ok", result, cost, metrics)
+
+
+def gpu_l2_sampler(system: SystemConfig, workload: Workload, spec: ServingSpec) -> GpuL2Sampler | None:
+    """The GPU's L2 (its preset's datasheet capacity) when attention runs on the GPUs from HBM."""
+    preset = system.gpus.preset
+    if preset is None or not preset.l2_capacity_bytes or spec.kv_home != 0 or spec.placement != "fixed":
+        return None
+    from archsim.kvlayout import kv_geometry
+
+    geo = kv_geometry(workload.shape, workload.dtype, 1, 0)
+    tp = spec.tensor_parallel
+    kv_per_gpu = max(1, geo.kv_heads // tp)
+    q_per_gpu = max(kv_per_gpu, geo.kv_heads * geo.query_group // tp)
+    return GpuL2Sampler(preset.l2_capacity_bytes, spec.block_tokens * geo.row_bytes, q_per_gpu, kv_per_gpu)
+
+
+def cache_reuse(workload: Workload, result: ServingResult) -> dict[str, Any]:
+    """The GPU L2's sampled KV hit rate (attention on the GPUs), and the PNM SRAM's (attention in the pool): the
+    share of the datapath's KV operand reads served without a DRAM fetch, 1 - fetched / (query rows x read)."""
+    from archsim.kvlayout import kv_geometry
+
+    read, fetched = result.pool_decode_tokens
+    group = kv_geometry(workload.shape, workload.dtype, 1, 0).query_group
+    return {"gpu_l2": result.gpu_l2,
+            "pnm_sram_kv_hit_rate": 1.0 - fetched / (group * read) if read else None,
+            "pool_decode_kv_tokens_read": read, "pool_decode_kv_tokens_fetched": fetched}
 
 
 def speculation_for(system: SystemConfig, scenario: Scenario, spec: ServingSpec,
@@ -190,7 +219,7 @@ def _r6(value: Any) -> Any:
 NOT_IN_JSON = ("events_per_s",)
 NULL_METRICS = ("requests_completed", "requests_rejected", "ttft_ms", "tpot_ms", "e2e_ms", "breakdown_ms",
                 "throughput_tokens_per_s", "throughput_requests_per_s", "goodput_requests_per_s",
-                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes", "energy_J_per_token")
+                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes", "energy_J_per_token", "cache_reuse")
 
 
 def result_entry(run: SystemRun, scenario: Scenario) -> dict[str, Any]:

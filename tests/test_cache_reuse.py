@@ -1,0 +1,76 @@
+"""LRU stack distances (archsim.cache.reuse) against a brute-force LRU, and the GPU L2 sampler of serving runs."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from archsim.cache.reuse import hits_at, stack_distances
+from archsim.cli import main
+from archsim.serving.gpu_l2 import GpuL2Sampler
+
+pytestmark = pytest.mark.component
+
+
+def _lru_hits(stream: np.ndarray, capacity: int) -> int:
+    cache: OrderedDict[int, None] = OrderedDict()
+    hits = 0
+    for line in stream.tolist():
+        if line in cache:
+            hits += 1
+            cache.move_to_end(line)
+        else:
+            cache[line] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return hits
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stack_distances_give_the_hits_of_every_lru_size(seed):
+    rng = np.random.default_rng(seed)
+    stream = rng.zipf(1.3, size=3000) % 200  # skewed reuse, many distances
+    distances = stack_distances(stream)
+    for capacity in (1, 4, 16, 64, 199):
+        assert hits_at(distances, capacity) == _lru_hits(stream, capacity)
+
+
+def test_stack_distances_by_hand():
+    assert stack_distances(np.array([7, 8, 7, 9, 8, 8, 7])).tolist() == [-1, -1, 1, -1, 2, 0, 2]
+    assert stack_distances(np.array([], dtype=np.int64)).tolist() == []
+
+
+def test_the_sampler_sees_query_heads_and_shared_blocks_reuse():
+    """A GQA group of 4 query heads re-reads its KV head's blocks: 3 of 4 reads hit; a second sequence on the
+    same blocks hits all of them; an L2 smaller than one sequence's blocks loses the group's reuse."""
+    line = 8192
+    blocks = np.arange(100, dtype=np.uint64)
+    big = GpuL2Sampler(capacity_bytes=1000 * line, line_bytes=line, query_heads_per_gpu=4, kv_heads_per_gpu=1)
+    big.sample(0, [blocks])
+    assert big.summary()["kv_hit_rate"] == pytest.approx(0.75)
+    shared = GpuL2Sampler(capacity_bytes=1000 * line, line_bytes=line, query_heads_per_gpu=4, kv_heads_per_gpu=1)
+    shared.sample(0, [blocks, blocks])
+    assert shared.summary()["kv_hit_rate"] == pytest.approx(7 / 8)
+    small = GpuL2Sampler(capacity_bytes=50 * line, line_bytes=line, query_heads_per_gpu=4, kv_heads_per_gpu=1)
+    small.sample(0, [blocks])
+    assert small.summary()["kv_hit_rate"] == 0.0
+    assert small.summary()["kv_hit_rate_by_capacity"]  # the size sweep is reported
+    assert not small.due(5) and small.due(16)  # one iteration in every 16
+
+
+def test_a_serving_run_reports_the_gpu_l2_and_the_pnm_sram(tmp_path):
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(main, ["serve", "gpu-hbm", "g25", "--scenario", "tree-search", "--requests", "120",
+                                       "--quiet", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    gpu, pool = (r["cache_reuse"] for r in json.loads(out.read_text())["results"])
+    assert gpu["gpu_l2"]["capacity_bytes"] == 50_000_000 and gpu["gpu_l2"]["sampled_iterations"] >= 1
+    # Llama-3.1-70B at tp 8: 8 query heads read each GPU's one KV head, so at least 7 in 8 reads hit
+    assert gpu["gpu_l2"]["kv_hit_rate"] >= 0.875 and gpu["pnm_sram_kv_hit_rate"] is None
+    assert pool["gpu_l2"] is None
+    read, fetched = pool["pool_decode_kv_tokens_read"], pool["pool_decode_kv_tokens_fetched"]
+    assert 0 < fetched <= read and pool["pnm_sram_kv_hit_rate"] == pytest.approx(1 - fetched / (8 * read), abs=1e-6)
