@@ -74,3 +74,26 @@ def test_a_serving_run_reports_the_gpu_l2_and_the_pnm_sram(tmp_path):
     assert pool["gpu_l2"] is None
     read, fetched = pool["pool_decode_kv_tokens_read"], pool["pool_decode_kv_tokens_fetched"]
     assert 0 < fetched <= read and pool["pnm_sram_kv_hit_rate"] == pytest.approx(1 - fetched / (8 * read), abs=1e-6)
+
+
+def test_kv_read_per_token_is_the_contexts_decode_reads(tmp_path):
+    """One request of P = 2,000 prompt tokens and O = 65 answer tokens on G1: decode step j reads P + j tokens
+    (j = 0 .. O - 2), so each decoded token reads P + (O - 2) / 2 tokens of 320 KiB on average."""
+    out = tmp_path / "one.json"
+    result = CliRunner().invoke(main, ["serve", "gpu-hbm", "--scenario", "fixed-input", "--requests", "1", "--quiet",
+                                       "--set", "scenario.input.value=2000", "--set", "scenario.output.value=65",
+                                       "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    entry = json.loads(out.read_text())["results"][0]
+    assert entry["kv_read_bytes_per_token"] == pytest.approx((2000 + 63 / 2) * 327_680, rel=1e-9)
+
+
+def test_the_slow_thinking_verdict_reads_the_trend():
+    from archsim.serving.slow_thinking_doc import _verdict
+
+    falling = {"scenario.tree.backtrack": [{"l2": 0.85}, {"l2": 0.7}, {"l2": 0.55}],
+               "scenario.tree.width": [{"l2": 0.9}, {"l2": 0.92}]}
+    lines = _verdict(falling)
+    assert "falls monotonically" in lines[0] and "does not fall" in lines[1]
+    shallow = {"scenario.tree.backtrack": [{"l2": 0.85}, {"l2": 0.8}], "scenario.tree.width": [{"l2": 0.9}]}
+    assert "does not fall" in _verdict(shallow)[0]

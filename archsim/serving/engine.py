@@ -108,6 +108,7 @@ class ServingResult:
     speculation: dict | None = None      # draft and verify: steps, tokens, rejected KV (serving.speculative)
     gpu_l2: dict | None = None           # the GPU attention's sampled L2 reuse (archsim.serving.gpu_l2)
     pool_decode_tokens: tuple[int, int] = (0, 0)  # KV tokens the pool's decode attention read, and fetched
+    kv_fetched_bytes: float = 0.0        # KV decode and verification attention fetched from the KV's memory
 
     @property
     def mean_inflight(self) -> float:
@@ -295,6 +296,7 @@ class _Engine:
         self.move_bytes = 0.0
         self.tier_read = np.zeros(T)
         self.tier_write = np.zeros(T)
+        self.decode_tokens_read = 0   # KV tokens decode attention read, wherever the KV is
         self.pool_decode_tokens = 0   # KV tokens the pool's decode attention read (datapath), and fetched from DRAM
         self.pool_decode_fetched = 0
         self.verify_steps = np.zeros(n, dtype=np.int64)  # speculation: verification steps each request ran
@@ -545,6 +547,7 @@ class _Engine:
             if fits < steps:
                 break
         if done:
+            self.decode_tokens_read += int(done * int((ctx - done).sum()) + len(ids) * done * (done - 1) // 2)
             self.ctx[ids] = ctx
             self.out_done[ids] += done
             self.iterations += done
@@ -846,9 +849,10 @@ class _Engine:
     def _decode_reads(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
         """The pool's decode-time scale for this batch (below 1 when its multi-token kernel reads prefixes that
         decode sequences share once), counting the KV tokens the pool's decode attention reads and fetches."""
+        decoding = news == 1
+        self.decode_tokens_read += int(cached[decoding].sum())
         if self.pool_index < 0:
             return 1.0
-        decoding = news == 1
         read = int(cached[decoding & (self.base + self.res[ids] == self.pool_index)].sum())
         self.pool_decode_tokens += read
         shared = self._shared_groups(ids, decoding)
@@ -1241,7 +1245,14 @@ class _Engine:
             home_tier=self.res.astype(np.int8) if self.auto else None, moves=self.moves.copy() if self.auto else None,
             move_bytes=self.move_bytes, utilization=self._utilization(), speculation=self._speculation(),
             gpu_l2=self.l2.summary() if self.l2 is not None and self.l2.reads else None,
-            pool_decode_tokens=(self.pool_decode_tokens, self.pool_decode_fetched))
+            pool_decode_tokens=(self.pool_decode_tokens, self.pool_decode_fetched),
+            kv_fetched_bytes=self._kv_fetched_bytes())
+
+    def _kv_fetched_bytes(self) -> float:
+        """KV the decode and verification attention fetched from where it lives: HBM reads every sequence's
+        blocks, a PNM pool a prefix its sequences share once."""
+        fetched = self.decode_tokens_read - (self.pool_decode_tokens - self.pool_decode_fetched)
+        return float(fetched * self.kvb + self.verified_kv_read)
 
     def _speculation(self) -> dict | None:
         sp = self.speculation

@@ -41,6 +41,7 @@ class GpuL2Sampler:
     samples: int = 0
     reads: int = 0
     hits: dict[float, int] = field(default_factory=dict)
+    distances: list[np.ndarray] = field(default_factory=list)  # re-references' distances in lines, a bounded sample
     _next: int = 0
 
     def due(self, iteration: int) -> bool:
@@ -61,6 +62,9 @@ class GpuL2Sampler:
         distances = stack_distances(np.concatenate(stream))
         self.samples += 1
         self.reads += int(distances.size)
+        again = distances[distances >= 0]
+        if again.size:  # a thousand per sample bounds the memory
+            self.distances.append(np.sort(again)[np.linspace(0, again.size - 1, min(1000, again.size)).astype(int)])
         for factor in SWEEP_FACTORS:
             lines = int(self.capacity_bytes * factor // self.line_bytes)
             self.hits[factor] = self.hits.get(factor, 0) + hits_at(distances, lines)
@@ -68,7 +72,11 @@ class GpuL2Sampler:
     def summary(self) -> dict[str, object]:
         rate = {f"{int(self.capacity_bytes * f / 1e6)}MB": (self.hits.get(f, 0) / self.reads if self.reads else None)
                 for f in SWEEP_FACTORS}
+        seen = np.concatenate(self.distances) * self.line_bytes if self.distances else np.zeros(1)
+        distance = {"p50": float(np.percentile(seen, 50)), "p90": float(np.percentile(seen, 90)),
+                    "max": float(seen.max())}
         return {"capacity_bytes": self.capacity_bytes, "policy": "lru", "line_bytes": self.line_bytes,
+                "reuse_distance_bytes": distance,
                 "kernel": "paged attention: each query head reads its KV head's blocks",
                 "sampled_iterations": self.samples, "kv_reads": self.reads,
                 "kv_hit_rate": self.hits.get(1.0, 0) / self.reads if self.reads else None,

@@ -108,6 +108,8 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     if result.home_tier is not None:
         metrics["placement"] = placement_summary(result)
     metrics["cache_reuse"] = cache_reuse(workload, result)
+    emitted = float(np.maximum(result.output_tokens[result.completed] - 1, 0).sum())
+    metrics["kv_read_bytes_per_token"] = result.kv_fetched_bytes / emitted if emitted else None
     if result.speculation is not None:
         metrics["speculative"] = dict(result.speculation, draft=scenario.speculative.draft)
     return SystemRun(system, "ok", result, cost, metrics)
@@ -219,7 +221,8 @@ def _r6(value: Any) -> Any:
 NOT_IN_JSON = ("events_per_s",)
 NULL_METRICS = ("requests_completed", "requests_rejected", "ttft_ms", "tpot_ms", "e2e_ms", "breakdown_ms",
                 "throughput_tokens_per_s", "throughput_requests_per_s", "goodput_requests_per_s",
-                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes", "energy_J_per_token", "cache_reuse")
+                "prefix_hit_rate", "prefix_hit_rate_by_tier", "link_bytes", "energy_J_per_token", "cache_reuse",
+                "kv_read_bytes_per_token")
 
 
 def result_entry(run: SystemRun, scenario: Scenario) -> dict[str, Any]:

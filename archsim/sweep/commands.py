@@ -123,7 +123,7 @@ SERVE_RESULT_KEYS = frozenset((
     "goodput_requests_per_s", "throughput_requests_per_s", "throughput_tokens_per_s", "link_bytes",
     "link_utilization", "mean_in_flight", "preemptions", "prefix_hit_rate", "prefix_hit_rate_by_tier",
     "requests_completed", "requests_measured", "requests_rejected", "requests_streamed", "tier_bytes",
-    "tier_link_bytes", "utilization_over_time", "cache_reuse"))
+    "tier_link_bytes", "utilization_over_time", "cache_reuse", "kv_read_bytes_per_token"))
 SERVE_DEFAULTS = {"requests": 1000, "seed": 0, "warmup_requests": 0}
 
 

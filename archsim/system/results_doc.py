@@ -226,6 +226,7 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
     # the serving layer sits above the system model: imported here, so `system` does not import `serving`
     from archsim.serving.results_doc import fabric_rows, serving_reading
     from archsim.serving.results_doc import rows as serving_rows
+    from archsim.serving.slow_thinking_doc import speculative_section, tree_section
 
     contexts = workload.contexts
     lines = [
@@ -289,6 +290,12 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         f"## Design space ({contexts[1] // 1024}K, G2.5)",
         "",
         *_dse_section(workload, contexts[1]),
+        "",
+        "## Slow thinking: tree search, speculative decoding and the caches",
+        "",
+        *tree_section(),
+        "",
+        *speculative_section(),
         "",
     ]
     return "\n".join(lines)
