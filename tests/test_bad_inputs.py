@@ -39,6 +39,7 @@ def _files(tmp: Path) -> None:
     (tmp / "bin.s").write_bytes(b"    HALT\n\x00\x01\x02binary\n")
     shutil.copy(REPO / "isa" / "kernels" / "gqa_decode.s", tmp / "k.s")
     shutil.copy(REPO / "isa" / "kernels" / "common.inc", tmp / "common.inc")
+    shutil.copy(REPO / "isa" / "kernels" / "contiguous.inc", tmp / "contiguous.inc")
     workload = (REPO / "configs" / "workloads" / "llama3-8b-b1.yaml").read_text()
     (tmp / "dupwork.yaml").write_text(workload + "\nworkload:\n  batch: 2\n")
     pnm = (REPO / "configs" / "pnm" / "default.yaml").read_text()

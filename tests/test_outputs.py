@@ -42,6 +42,7 @@ def _inputs(tmp: Path) -> None:
     """Copies of the inputs in tmp: a test that failed to refuse must not overwrite a shipped file."""
     shutil.copy(KERNELS / "gqa_decode.s", tmp / "k.s")
     shutil.copy(KERNELS / "common.inc", tmp / "common.inc")
+    shutil.copy(KERNELS / "contiguous.inc", tmp / "contiguous.inc")
     shutil.copy(REPO / "configs" / "memory" / "hbm2.yaml", tmp / "hbm2.yaml")
     shutil.copy(REPO / "traces" / "tiny-llama_chat.npz", tmp / "logical.npz")
     shutil.copy(DRAMSIM3_INI, tmp / "hbm2.ini")

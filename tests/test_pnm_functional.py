@@ -257,20 +257,23 @@ def test_runtime_errors_name_the_instruction(text: str, message: str) -> None:
 
 
 def test_sram_overflow_is_caught_before_simulation_naming_the_instruction() -> None:
-    kernel = KERNELS_DIR / "gqa_decode.s"
+    kernel, setup = KERNELS_DIR / "gqa_decode.s", KERNELS_DIR / "contiguous.inc"
     program = assemble_file(kernel, defines={"TILE": 512, "HEAD_DIM": 256})
-    line = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1) if text.strip() == "LI ka, KA")
+    line = next(i for i, text in enumerate(setup.read_text().splitlines(), 1) if text.strip() == "LI ka, KA")
+    expanded = next(i for i, text in enumerate(kernel.read_text().splitlines(), 1)
+                    if text.strip() == "CONTIGUOUS_SETUP")
     with pytest.raises(ProgramError) as info:
         Executor(program, dram=DramImage(2**20), config=UnitConfig(sram_size_bytes=256 * 1024))
     assert re.fullmatch(
-        rf"{re.escape(str(kernel))}: line {line}: LI r18, \d+: SRAM region KA \[0x[0-9a-f]+, 0x[0-9a-f]+\) "
-        rf"\(declared at {re.escape(str(kernel))}:\d+\) does not fit the 262144-byte scratchpad; "
-        rf"the program needs \d+ bytes", str(info.value)), str(info.value)
+        rf"{re.escape(str(setup))}: line {line}: LI r18, \d+: SRAM region KA \[0x[0-9a-f]+, 0x[0-9a-f]+\) "
+        rf"\(declared at {re.escape(str(KERNELS_DIR / 'common.inc'))}:\d+\) does not fit the 262144-byte "
+        rf"scratchpad; the program needs \d+ bytes \(in macro CONTIGUOUS_SETUP expanded at "
+        rf"{re.escape(str(kernel))}:{expanded}\)", str(info.value)), str(info.value)
 
 
 def test_missing_wait_in_a_kernel_is_caught(tmp_path: Path) -> None:
     """Double buffering with one WAIT too permissive: compute reads a tile still in flight."""
-    for name in ("gqa_decode.s", "common.inc"):
+    for name in ("gqa_decode.s", "common.inc", "contiguous.inc"):
         text = (KERNELS_DIR / name).read_text()
         (tmp_path / name).write_text(text.replace("WAIT  TRANSFERS_PER_TILE", "WAIT  2 * TRANSFERS_PER_TILE"))
     problem = spec(context_tokens=(200,))

@@ -245,7 +245,8 @@ def _error(args):
 def test_unknown_opcode_in_the_kernel_is_one_line_with_file_and_line(tmp_path):
     source = (GQA.read_text()).replace("    HALT\n", "    HALTX\n")
     (tmp_path / "bad.s").write_text(source)
-    (tmp_path / "common.inc").write_text((GQA.parent / "common.inc").read_text())
+    for include in ("common.inc", "contiguous.inc"):
+        (tmp_path / include).write_text((GQA.parent / include).read_text())
     result = CliRunner().invoke(main, ["pnm", "run", "--kernel", str(tmp_path / "bad.s"), "--shape",
                                        "heads=4,context=64"])
     assert result.exit_code == 2

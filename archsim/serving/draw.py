@@ -109,11 +109,7 @@ def _build(scn: Scenario, turns: np.ndarray, starts: np.ndarray, rng: dict[str, 
     if scn.reasoning is not None:
         long = rng["reasoning"].random(shape.n) < scn.reasoning.fraction
         output[long] = scn.reasoning.output.sample(rng["reasoning"], int(long.sum()))
-    prefix_group = np.full(shape.sessions, -1, dtype=np.int64)
-    if scn.prefix is not None:
-        has = rng["prefix"].random(shape.sessions) < scn.prefix.fraction
-        groups = rng["prefix"].integers(scn.prefix.groups, size=shape.sessions)
-        prefix_group[has] = groups[has]
+    prefix_group = _prefix_groups(scn, shape.sessions, rng)
     think = np.zeros(shape.n)
     if scn.sessions is not None:
         think[later] = scn.sessions.think.sample(rng["think"], int(later.sum()))
@@ -144,12 +140,7 @@ def _assemble(scn: Scenario, shape: _Layout, starts: np.ndarray, user: np.ndarra
     arrival = np.full(shape.n, np.nan)
     arrival[shape.first_row] = starts
     think = think.copy()
-    if scn.arrivals.process == "closed_loop":
-        users, gap = scn.arrivals.users, scn.arrivals.think
-        assert users is not None and gap is not None
-        waiting = np.arange(users, shape.sessions)
-        prev[shape.first_row[waiting]] = shape.first_row[waiting - users] + shape.turns[waiting - users] - 1
-        think[shape.first_row[waiting]] = gap.sample(rng["think"], len(waiting))
+    _close_the_loop(scn, shape, prev, think, rng)
     seg_offsets, ids, lens = _segments(shape.session, shape.first_row, prefix_group, user, output, prefix_tokens)
     return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
                                       turn=shape.turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,

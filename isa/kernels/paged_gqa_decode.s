@@ -51,19 +51,7 @@
 .default PART_ADDR = VS_ADDR + NUM_PAGES * S_PAGE_STRIDE
 
 ; ---------------------------------------------------------------- SRAM
-.sram Q_BUF, GROUP * QK_DIM * 4
-.sram S_BUF, GROUP * TILE * 4
-.sram MN_BUF, GROUP * 4
-.sram REC, REC_BYTES
-.sram KA, TILE * ROW_BYTES
-.sram KB, TILE * ROW_BYTES
-.sram VA, TILE * ROW_BYTES
-.sram VB, TILE * ROW_BYTES
-.sram KSA, TILE * SROW_BYTES
-.sram KSB, TILE * SROW_BYTES
-.sram VSA, TILE * SROW_BYTES
-.sram VSB, TILE * SROW_BYTES
-.sram LENS, BATCH * 4
+KV_TILE_BUFFERS
 .sram BT, MAX_BLOCKS * 4
 .sram MERGE_BUF, SPLITS * REC_BYTES if SPLITS > 1 and SPLIT == 0 else 0
 

@@ -47,35 +47,13 @@
 .assert WINDOW == 0, "a sliding window does not apply to tree attention"
 .include "common.inc"
 
-.default TOKEN_STRIDE = ROW_BYTES
-.default HEAD_STRIDE = CTX_CAP * TOKEN_STRIDE
-.default BATCH_STRIDE = KV_HEADS * HEAD_STRIDE
-.default S_TOKEN_STRIDE = SROW_BYTES
-.default S_HEAD_STRIDE = CTX_CAP * S_TOKEN_STRIDE
-.default S_BATCH_STRIDE = KV_HEADS * S_HEAD_STRIDE
-.default LENS_ADDR = 0
 .default PAR_ADDR = 64
 .default CHAIN_ADDR = PAR_ADDR + 4 * QTOKENS
 .default K_ADDR = 4096 * cdiv(CHAIN_ADDR + 4 * QTOKENS, 4096)
-.default V_ADDR = K_ADDR + BATCH * BATCH_STRIDE
-.default KS_ADDR = V_ADDR + BATCH * BATCH_STRIDE
-.default VS_ADDR = KS_ADDR + BATCH * S_BATCH_STRIDE
-.default PART_ADDR = VS_ADDR + BATCH * S_BATCH_STRIDE
+.include "contiguous.inc"
 
 ; ---------------------------------------------------------------- SRAM
-.sram Q_BUF, ROWS * QK_DIM * 4
-.sram S_BUF, ROWS * TILE * 4
-.sram MN_BUF, ROWS * 4
-.sram REC, REC_BYTES
-.sram KA, TILE * ROW_BYTES
-.sram KB, TILE * ROW_BYTES
-.sram VA, TILE * ROW_BYTES
-.sram VB, TILE * ROW_BYTES
-.sram KSA, TILE * SROW_BYTES
-.sram KSB, TILE * SROW_BYTES
-.sram VSA, TILE * SROW_BYTES
-.sram VSB, TILE * SROW_BYTES
-.sram LENS, BATCH * 4
+KV_TILE_BUFFERS
 .sram MERGE_BUF, SPLITS * REC_BYTES if SPLITS > 1 and SPLIT == 0 else 0
 .sram KN, QTOKENS * ROW_BYTES if SPLIT == 0 else 0      ; the new tokens' K / V rows and scales
 .sram VN, QTOKENS * ROW_BYTES if SPLIT == 0 else 0
@@ -87,7 +65,7 @@
 ; The new-token walk runs after a head's tiles, when the tile registers are free again
 ; (HEAD_BEGIN and the prologue set them afresh), and uses the paged kernels' registers.
 .reg qrows = r57            ; QTOKENS
-.reg qtok = r58               ; SRAM: token i's GROUP query rows, and its slices of mn, m, l, acc
+.reg qtok = r58             ; SRAM: token i's GROUP query rows, and its slices of mn, m, l, acc
 .reg mntok = r59
 .reg mtok = r60
 .reg ltok = r61
@@ -100,36 +78,20 @@
 .reg ksj = r17
 .reg vsj = r9
 
-.macro LOAD_NEXT k, v, ks, vs, rows
-    LD  \k, kp, \rows, row_bytes, tok_stride
-    LD  \v, vp, \rows, row_bytes, tok_stride
-    LD  \ks, ksp, \rows, srow_bytes, stok_stride
-    LD  \vs, vsp, \rows, srow_bytes, stok_stride
-    ADD kp, kp, tile_stride
-    ADD vp, vp, tile_stride
-    ADD ksp, ksp, stile_stride
-    ADD vsp, vsp, stile_stride
-.endm
-
 ; The QTOKENS new rows of K, V and their scales, from token len (the prefix length) on. Issued before
 ; the first tile: transfers complete in order, so the tiles' WAITs also cover them.
+.macro LOAD_ROWS sram, head, bytes, stride
+    MUL t0, len, \stride
+    ADD t1, \head, t0
+    LI  t0, \sram
+    LD  t0, t1, qrows, \bytes, \stride
+.endm
+
 .macro LOAD_NEW
-    MUL t0, len, tok_stride
-    ADD t1, khead, t0
-    LI  t0, KN
-    LD  t0, t1, qrows, row_bytes, tok_stride
-    MUL t0, len, tok_stride
-    ADD t1, vhead, t0
-    LI  t0, VN
-    LD  t0, t1, qrows, row_bytes, tok_stride
-    MUL t0, len, stok_stride
-    ADD t1, kshead, t0
-    LI  t0, KSN
-    LD  t0, t1, qrows, srow_bytes, stok_stride
-    MUL t0, len, stok_stride
-    ADD t1, vshead, t0
-    LI  t0, VSN
-    LD  t0, t1, qrows, srow_bytes, stok_stride
+    LOAD_ROWS KN, khead, row_bytes, tok_stride
+    LOAD_ROWS VN, vhead, row_bytes, tok_stride
+    LOAD_ROWS KSN, kshead, srow_bytes, stok_stride
+    LOAD_ROWS VSN, vshead, srow_bytes, stok_stride
 .endm
 
 ; Every new token attends its ancestor chain, one key at a time, with the GROUP rows of that token.
@@ -176,26 +138,7 @@ new_tokens_done\@:
 
 ; ---------------------------------------------------------------- program
     CONFIGURE
-    LI tok_stride, TOKEN_STRIDE
-    LI stok_stride, S_TOKEN_STRIDE
-    LI tile_stride, TILE * TOKEN_STRIDE
-    LI stile_stride, TILE * S_TOKEN_STRIDE
-    LI head_stride, HEAD_STRIDE
-    LI shead_stride, S_HEAD_STRIDE
-    LI batch_stride, BATCH_STRIDE
-    LI sbatch_stride, S_BATCH_STRIDE
-    LI ka, KA
-    LI kb, KB
-    LI va, VA
-    LI vb, VB
-    LI ksa, KSA
-    LI ksb, KSB
-    LI vsa, VSA
-    LI vsb, VSB
-    LI kbatch, K_ADDR + HEAD0 * HEAD_STRIDE
-    LI vbatch, V_ADDR + HEAD0 * HEAD_STRIDE
-    LI ksbatch, KS_ADDR + HEAD0 * S_HEAD_STRIDE
-    LI vsbatch, VS_ADDR + HEAD0 * S_HEAD_STRIDE
+    CONTIGUOUS_SETUP
     LI qrows, QTOKENS
 .if SPLIT == 0
     LI t0, PAR                        ; the tree, once for the batch (LOAD_LENGTHS waits for it)
@@ -212,21 +155,13 @@ new_tokens_done\@:
     LOOPI BATCH, batch_done
     TOKEN_RANGE
     PARTIAL_BEGIN
-    ADD khead, kbatch, r0
-    ADD vhead, vbatch, r0
-    ADD kshead, ksbatch, r0
-    ADD vshead, vsbatch, r0
+    SEQUENCE_BEGIN
     LOOPI NHEADS, head_done
     HEAD_BEGIN
 .if SPLIT == 0
     LOAD_NEW
 .endif
-    MUL t0, pos0, tok_stride
-    ADD kp, khead, t0
-    ADD vp, vhead, t0
-    MUL t0, pos0, stok_stride
-    ADD ksp, kshead, t0
-    ADD vsp, vshead, t0
+    HEAD_POINTERS
     LOAD_NEXT ka, va, ksa, vsa, n
     LOOP pairs, tiles_done
     STEP ka, va, ksa, vsa, kb, vb, ksb, vsb
@@ -236,15 +171,9 @@ tiles_done:
     ATTEND_NEW
 .endif
     HEAD_END
-    ADD khead, khead, head_stride
-    ADD vhead, vhead, head_stride
-    ADD kshead, kshead, shead_stride
-    ADD vshead, vshead, shead_stride
+    NEXT_HEAD
 head_done:
-    ADD kbatch, kbatch, batch_stride
-    ADD vbatch, vbatch, batch_stride
-    ADD ksbatch, ksbatch, sbatch_stride
-    ADD vsbatch, vsbatch, sbatch_stride
+    NEXT_SEQUENCE
 batch_done:
     MERGE_PHASE
     HALT
