@@ -217,7 +217,9 @@ def _close_the_loop(scn: Scenario, shape: _Layout, prev: np.ndarray, think: np.n
 def _tree_segments(session: np.ndarray, parent: np.ndarray, prefix_group: np.ndarray, user: np.ndarray,
                    output: np.ndarray, prefix_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row's prompt: [shared prefix] + along its content ancestors from the root, their own tokens and
-    answers + its own tokens (content ids by row, as _segments gives them)."""
+    answers + its own tokens. Content ids: the prefix by its group; a row's own tokens and its answer by the row
+    that sent / produced them, so a row continuing another repeats its history's ids exactly and nothing else
+    matches. A row may send no tokens of its own (a fork, a trace's turn)."""
     kinds: list[int] = []
     refs: list[int] = []
     lens: list[int] = []
@@ -243,30 +245,11 @@ def _tree_segments(session: np.ndarray, parent: np.ndarray, prefix_group: np.nda
 
 def _segments(session: np.ndarray, first_row: np.ndarray, prefix_group: np.ndarray, user: np.ndarray,
               output: np.ndarray, prefix_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each request's prompt as content segments: [shared prefix] + earlier turns (user, answer) + new user tokens.
-
-    Content ids: the prefix by its group; a user turn and an answer by the row that sent / produced them, so
-    a later turn of the same session repeats its history's ids exactly and nothing else matches.
-    """
-    kinds: list[int] = []
-    refs: list[int] = []
-    lens: list[int] = []
-    offsets = [0]
-    for r in range(len(session)):
-        s = int(session[r])
-        if prefix_group[s] >= 0:
-            kinds.append(PREFIX)
-            refs.append(int(prefix_group[s]))
-            lens.append(prefix_tokens)
-        for q in range(int(first_row[s]), r + 1):
-            for kind, tokens in ((USER, user[q]), (ANSWER, output[q])):
-                if tokens > 0 and (q < r or kind == USER):  # a turn may send no new tokens (a trace's)
-                    kinds.append(kind)
-                    refs.append(q)
-                    lens.append(int(tokens))
-        offsets.append(len(kinds))
-    ids = mix(mix(content_id(), np.asarray(kinds, dtype=np.uint64)), np.asarray(refs, dtype=np.uint64))
-    return np.asarray(offsets, dtype=np.int64), ids, np.asarray(lens, dtype=np.int64)
+    """Each request's prompt as content segments: [shared prefix] + earlier turns (user, answer) + new user tokens
+    (a session's turns continue one another: _tree_segments over the chain of its rows)."""
+    rows = np.arange(len(session), dtype=np.int64)
+    parent = np.where(rows > first_row[session], rows - 1, -1)
+    return _tree_segments(session, parent, prefix_group, user, output, prefix_tokens)
 
 
 def _from_trace(scn: Scenario, n_requests: int | None, duration_ns: float | None, seed: int,
