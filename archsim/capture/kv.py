@@ -5,6 +5,10 @@ it returns, so the update call sees exactly what is written (the new tokens) and
 kernel reads (the returned K and V). Sliding-window layers return fewer tokens, and the read range
 follows the returned length. MLA models (DeepSeek-V2) cache the compressed latent c_KV as "keys" and the
 decoupled RoPE key as "values" with one head; they are recorded as kinds k and v with head_count 1.
+
+Beam search reorders the cache between forward calls (`reorder_cache`): a row that continues another beam
+copies that beam's K and V, recorded as a read of the source request and a write of the destination over
+the tokens cached so far, in the step that follows (`flush_pending`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class TracingCache(DynamicCache):
         self._recorder = recorder
         self._hooks = hooks
         self._seen_tokens: dict[int, int] = {}  # layer -> tokens written so far (slots in use)
+        self._token_bytes: dict[int, tuple[int, dict[int, int]]] = {}  # layer -> heads, {kind: B per token}
+        self._pending: list[tuple[int, int, int, int, int, int, int]] = []  # beam copies, for the next step
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
@@ -43,6 +49,9 @@ class TracingCache(DynamicCache):
         operator = self._hooks.kv_operators[layer_idx]
         batch, heads = key_states.shape[0], key_states.shape[1]
         read_tokens = keys.shape[-2]
+        per_token = {kind: tensor_bytes(t) // batch // max(new_tokens, 1)
+                     for kind, t in ((KIND_K, key_states), (KIND_V, value_states))}
+        self._token_bytes[layer_idx] = (heads, per_token)
         # the new tokens' K and V are written, then the whole cache so far is read
         accesses = ((OP_WRITE, key_states, value_states, before, new_tokens),
                     (OP_READ, keys, values, after - read_tokens, read_tokens))
@@ -54,8 +63,29 @@ class TracingCache(DynamicCache):
                                  token_start=token_start, token_count=token_count, request=request)
         return keys, values
 
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        moved = [(dst, src) for dst, src in enumerate(beam_idx.tolist()) if dst != src]
+        for layer, seen in self._seen_tokens.items():
+            heads, per_token = self._token_bytes[layer]
+            operator = self._hooks.kv_operators[layer]
+            for dst, src in moved:
+                for kind in (KIND_K, KIND_V):
+                    size = per_token[kind] * seen
+                    self._pending.append((OP_READ, kind, layer, size, operator, heads, seen, src))
+                    self._pending.append((OP_WRITE, kind, layer, size, operator, heads, seen, dst))
+
+    def flush_pending(self) -> None:
+        """Record the beam copies made since the last step into the current one."""
+        for op, kind, layer, nbytes, operator, heads, tokens, request in self._pending:
+            self._recorder.add(op, kind, layer, nbytes, operator, head_start=0, head_count=heads, token_start=0,
+                               token_count=tokens, request=request)
+        self._pending.clear()
+
     def crop(self, max_length: int) -> None:
-        """Backtracking: drop tokens past `max_length`; later writes reuse those slots."""
+        """Backtracking and rejected drafts: drop tokens past `max_length` (a positive length), or the last
+        -`max_length` tokens (0 and negative: transformers 5's only form); later writes reuse those slots."""
         super().crop(max_length)
-        length = max_length if max_length >= 0 else max(self._seen_tokens.values(), default=0) + max_length
-        self._seen_tokens = {layer: min(seen, length) for layer, seen in self._seen_tokens.items()}
+        seen = max(self._seen_tokens.values(), default=0)
+        length = max_length if max_length > 0 else seen + max_length
+        self._seen_tokens = {layer: min(tokens, length) for layer, tokens in self._seen_tokens.items()}

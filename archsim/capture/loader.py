@@ -48,8 +48,10 @@ def _with_dtype(factory: Any, first: Any, torch_dtype: torch.dtype, **kwargs: An
         return factory(first, torch_dtype=torch_dtype, **kwargs)
 
 
-def load_model(options: CaptureOptions) -> LoadedModel:
-    """Instantiate the model named by `options.model` on `options.device` (random weights for presets)."""
+def load_model(options: CaptureOptions, *, traced: bool = True) -> LoadedModel:
+    """Instantiate the model named by `options.model` on `options.device` (random weights for presets); its
+    attention runs through the capture's tap, or (`traced` False: an assisted decoding's draft) the plain
+    `options.attention_backend`."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -84,7 +86,8 @@ def load_model(options: CaptureOptions) -> LoadedModel:
         config.num_hidden_layers = options.layers
         if getattr(config, "layer_types", None) is not None:  # per-layer lists follow the depth
             config.layer_types = list(config.layer_types)[: options.layers]
-    config._attn_implementation = ATTENTION_FUNCTION_NAME
+    attention = ATTENTION_FUNCTION_NAME if traced else options.attention_backend
+    config._attn_implementation = attention
     config_dict = config.to_dict()
     config_dict["model_type"] = config.model_type
     shape = shape_from_hf_config(config_dict, name=str(origin.get("preset") or origin.get("path")))
@@ -98,7 +101,7 @@ def load_model(options: CaptureOptions) -> LoadedModel:
                 torch_dtype,
                 config=config,
                 local_files_only=True,
-                attn_implementation=ATTENTION_FUNCTION_NAME,
+                attn_implementation=attention,
             )
         else:
             if origin["kind"] == "checkpoint":
@@ -108,7 +111,7 @@ def load_model(options: CaptureOptions) -> LoadedModel:
                     AutoModelForCausalLM.from_config,
                     config,
                     torch_dtype,
-                    attn_implementation=ATTENTION_FUNCTION_NAME,
+                    attn_implementation=attention,
                 )
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot build the model: {exc}", where="model") from None

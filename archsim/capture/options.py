@@ -8,6 +8,7 @@ from typing import Any
 from archsim.errors import ConfigError
 
 DEVICES = ("cpu", "meta")
+DECODINGS = ("greedy", "beam", "assisted")
 ATTENTION_BACKENDS = ("sdpa", "eager")
 
 
@@ -22,6 +23,9 @@ class CaptureOptions:
     identical across the batch, recorded in the header so the mapping can share those KV blocks.
     device "meta" runs the real modules on shape-only tensors: exact byte counts for huge models at no
     memory cost, but no numerics (next tokens are drawn at random instead of argmax).
+    decoding "beam" (`num_beams` beams) and "assisted" (speculative decoding: the `assistant` model drafts
+    `draft_tokens` tokens, the model verifies them) run transformers' `generate` for `decode_steps` new tokens
+    instead of the runner's own greedy loop; one forward call of the model is still one step.
     """
 
     model: str
@@ -36,6 +40,10 @@ class CaptureOptions:
     device: str = "cpu"
     attention_backend: str = "sdpa"
     seed: int = 0
+    decoding: str = "greedy"
+    num_beams: int = 4
+    assistant: str | None = None
+    draft_tokens: int = 4
 
     def validate(self) -> None:
         checks: list[tuple[str, bool, str]] = [
@@ -56,6 +64,17 @@ class CaptureOptions:
                 self.attention_backend in ATTENTION_BACKENDS,
                 f"must be one of {ATTENTION_BACKENDS}",
             ),
+        ]
+        generated = self.decoding != "greedy"
+        checks += [
+            ("decoding", self.decoding in DECODINGS, f"must be one of {DECODINGS}"),
+            ("num_beams", self.decoding != "beam" or self.num_beams >= 2, "must be >= 2 for beam search"),
+            ("draft_tokens", self.draft_tokens >= 1, "must be >= 1"),
+            ("assistant", self.decoding != "assisted" or bool(self.assistant), "assisted decoding needs a draft model"),
+            ("turns", not generated or self.turns == 1, f"must be 1 with decoding {self.decoding}"),
+            ("decode_steps", not generated or self.decode_steps >= 1, f"must be >= 1 with decoding {self.decoding}"),
+            ("device", not generated or self.device == "cpu", f"must be cpu with decoding {self.decoding} (it "
+             "selects tokens from the logits)"),
         ]
         for name, ok, message in checks:
             if not ok:

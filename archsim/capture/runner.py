@@ -1,14 +1,18 @@
 """Drive a model through a request scenario and write its logical trace.
 
 The runner owns the generation loop (not `model.generate`) so that one step is exactly one forward call
-and the scenario - prefill, decode, later chat turns on the kept cache - is explicit and reproducible.
+and the scenario - prefill, decode, later chat turns on the kept cache - is explicit and reproducible. Beam
+search and assisted (speculative) decoding need transformers' own selection logic: with those decodings
+`model.generate` runs over the tracing cache, and hooks on the model's forward make each call one step
+(the prefill, then one token per beam, or a verification chunk of the draft's tokens after any rejected
+ones were cropped). The assistant's own forward calls and cache are not recorded: the trace is the model's.
 """
 
 from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +106,59 @@ def _run(
                 next_ids = torch.randint(0, vocab, (options.batch, 1), generator=generator)
             else:
                 next_ids = output.logits[:, -1, :].argmax(dim=-1, keepdim=True).cpu()
-    return records, forward_seconds
+    return len(_scenario(options)), records, forward_seconds
+
+
+def _prompt(options: CaptureOptions, vocab: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(options.seed)
+    ids = torch.randint(0, vocab, (options.batch, options.prompt_tokens), generator=generator)
+    if options.shared_prefix_tokens:
+        ids[:, : options.shared_prefix_tokens] = ids[0, : options.shared_prefix_tokens]
+    return ids
+
+
+def _run_generate(
+    loaded: LoadedModel, options: CaptureOptions, recorder: StepRecorder | None, cache: Any
+) -> tuple[int, int, float]:
+    """transformers' generate (beam search or assisted decoding) with every forward call of the model a step."""
+    model = loaded.model
+    state = {"step": 0, "records": 0, "seconds": 0.0, "start": 0.0}
+
+    def before(_module: Any, args: tuple, kwargs: dict) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if recorder is not None:
+            phase = PHASE_PREFILL if state["step"] == 0 else PHASE_DECODE
+            recorder.begin_step(state["step"], phase, int(cache.get_seq_length()), int(ids.shape[1]))
+            if hasattr(cache, "flush_pending"):
+                cache.flush_pending()
+        state["start"] = time.perf_counter()
+
+    def after(_module: Any, _args: tuple, _kwargs: dict, _output: Any) -> None:
+        state["seconds"] += time.perf_counter() - state["start"]
+        if recorder is not None:
+            state["records"] += recorder.end_step()
+        state["step"] += 1
+
+    kwargs: dict[str, Any] = {"max_new_tokens": options.decode_steps, "min_new_tokens": options.decode_steps,
+                              "do_sample": False, "pad_token_id": 0, _cache_keyword(model): cache}
+    if options.decoding == "beam":
+        kwargs.update(num_beams=options.num_beams, early_stopping=False)
+    else:
+        assert options.assistant is not None
+        assistant = load_model(replace(options, model=options.assistant, layers=None), traced=False).model
+        assistant.generation_config.num_assistant_tokens = options.draft_tokens
+        assistant.generation_config.num_assistant_tokens_schedule = "constant"  # k stays the drafted length
+        assistant.generation_config.assistant_confidence_threshold = 0.0  # ... however unsure the draft is
+        kwargs["assistant_model"] = assistant
+    handles = [model.register_forward_pre_hook(before, with_kwargs=True),
+               model.register_forward_hook(after, with_kwargs=True)]
+    try:
+        with torch.inference_mode():
+            model.generate(_prompt(options, loaded.shape.vocab_size), **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return state["step"], state["records"], state["seconds"]
 
 
 def capture_trace(
@@ -140,13 +196,12 @@ def capture_trace(
         tap.recorder, tap.hooks = recorder, hooks
         try:
             cache = TracingCache(recorder, hooks, loaded.model.config)
-            records, seconds = _run(loaded, options, recorder, cache)
+            run = _run_generate if options.decoding != "greedy" else _run
+            steps, records, seconds = run(loaded, options, recorder, cache)
         finally:
             hooks.remove()
             tap.recorder = tap.hooks = None
-    return CaptureResult(
-        path=Path(out), steps=len(_scenario(options)), records=records, forward_seconds=seconds
-    )
+    return CaptureResult(path=Path(out), steps=steps, records=records, forward_seconds=seconds)
 
 
 def run_uncaptured(options: CaptureOptions) -> CaptureResult:
@@ -160,5 +215,6 @@ def run_uncaptured(options: CaptureOptions) -> CaptureResult:
         cache = DynamicCache(config=loaded.model.config)
     except TypeError:
         cache = DynamicCache()
-    _, seconds = _run(loaded, options, None, cache)
-    return CaptureResult(path=None, steps=len(_scenario(options)), records=0, forward_seconds=seconds)
+    run = _run_generate if options.decoding != "greedy" else _run
+    steps, _, seconds = run(loaded, options, None, cache)
+    return CaptureResult(path=None, steps=steps, records=0, forward_seconds=seconds)

@@ -70,6 +70,18 @@ _DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
     help="Attention kernel the model runs.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--decoding",
+    type=click.Choice(["greedy", "beam", "assisted"]),
+    default="greedy",
+    show_default=True,
+    help="beam / assisted (speculative): transformers' generate picks the tokens; each forward call is a step.",
+)
+@click.option("--beams", "num_beams", type=int, default=4, show_default=True, help="Beams of --decoding beam.")
+@click.option("--assistant", help="Draft model of --decoding assisted (preset or checkpoint directory).")
+@click.option(
+    "--draft-tokens", type=int, default=4, show_default=True, help="Tokens the assistant drafts per verification."
+)
 def capture(output: str, **kwargs: Any) -> None:
     """Run a model on a request scenario and write its logical (tensor-level) trace."""
     from archsim.capture import CaptureOptions, capture_trace
