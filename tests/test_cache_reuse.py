@@ -71,6 +71,9 @@ def test_a_serving_run_reports_the_gpu_l2_and_the_pnm_sram(tmp_path):
     assert gpu["gpu_l2"]["capacity_bytes"] == 50_000_000 and gpu["gpu_l2"]["sampled_iterations"] >= 1
     # Llama-3.1-70B at tp 8: 8 query heads read each GPU's one KV head, so at least 7 in 8 reads hit
     assert gpu["gpu_l2"]["kv_hit_rate"] >= 0.875 and gpu["pnm_sram_kv_hit_rate"] is None
+    # each GPU's eighth of the 70B weights (17.4 GB) comes round once an iteration: never in a 50 MB L2
+    assert gpu["gpu_l2"]["weight_reuse_distance_bytes"] == pytest.approx(17.38e9, rel=0.01)
+    assert gpu["gpu_l2"]["weight_hit_rate"] == 0.0
     assert pool["gpu_l2"] is None
     read, fetched = pool["pool_decode_kv_tokens_read"], pool["pool_decode_kv_tokens_fetched"]
     assert 0 < fetched <= read and pool["pnm_sram_kv_hit_rate"] == pytest.approx(1 - fetched / (8 * read), abs=1e-6)

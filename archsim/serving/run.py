@@ -130,13 +130,21 @@ def gpu_l2_sampler(system: SystemConfig, workload: Workload, spec: ServingSpec) 
 
 
 def cache_reuse(workload: Workload, result: ServingResult) -> dict[str, Any]:
-    """The GPU L2's sampled KV hit rate (attention on the GPUs), and the PNM SRAM's (attention in the pool): the
-    share of the datapath's KV operand reads served without a DRAM fetch, 1 - fetched / (query rows x read)."""
+    """The GPU L2's sampled KV hit rate (attention on the GPUs) and its weights' (an iteration reads each GPU's
+    share of the weights once, so a weight line's reuse distance is that share: a hit only if it fits), and
+    the PNM SRAM's (attention in the pool): the share of the datapath's KV operand reads served without a DRAM
+    fetch, 1 - fetched / (query rows x read)."""
     from archsim.kvlayout import kv_geometry
 
     read, fetched = result.pool_decode_tokens
     group = kv_geometry(workload.shape, workload.dtype, 1, 0).query_group
-    return {"gpu_l2": result.gpu_l2,
+    gpu_l2 = result.gpu_l2
+    if gpu_l2 is not None:  # weights: every iteration reads each GPU's share once, the rest of it in between
+        weights = gpu_work(workload.shape, workload.dtype, 1, dtype_bytes(workload.dtype)).weight_bytes
+        per_gpu = weights / result.spec.tensor_parallel
+        gpu_l2 = {**gpu_l2, "weight_reuse_distance_bytes": per_gpu,
+                  "weight_hit_rate": 1.0 if per_gpu < gpu_l2["capacity_bytes"] else 0.0}
+    return {"gpu_l2": gpu_l2,
             "pnm_sram_kv_hit_rate": 1.0 - fetched / (group * read) if read else None,
             "pool_decode_kv_tokens_read": read, "pool_decode_kv_tokens_fetched": fetched}
 
