@@ -62,10 +62,10 @@ def test_tree_search_reaches_its_depth_and_backtracks_only_when_asked(backtrack)
     assert went_back == (backtrack == 1.0)
     evals = [r for r in range(len(p.parent)) if p.user[r] == 8]
     assert len(evals) == 3 * len(expanded) and all(p.output[r] == 1 for r in evals)
-    # an expansion waits for the last evaluation of the level before
+    # an expansion waits for the evaluation of the node it expands, which waits for that node's answer
     for r in depth:
         if r and depth[r] > 1:
-            assert p.user[p.after[r]] == 8
+            assert p.user[p.after[r]] == 8 and p.parent[p.after[r]] == p.parent[r]
 
 
 def test_explicit_tree_rows():
@@ -161,3 +161,33 @@ def test_branches_in_a_pnm_pool_read_their_shared_prompt_once(monkeypatch):
     monkeypatch.setattr(engine._Engine, "_shared_groups", lambda self, ids, decoding: None)
     alone = run_system(system, scenario, requests_source(scenario, 9, None, 0), warmup=0).metrics
     assert shared["tpot_ms"]["mean"] < 0.97 * alone["tpot_ms"]["mean"]
+
+
+def test_a_cost_without_the_shared_read_serves_sharers_in_a_pnm_pool():
+    """Sharers in a pool whose cost has no shared_prefix_factor (an analytic stand-in) decode unchanged."""
+    from archsim.serving.engine import simulate
+    from tests.serving_tables import LinearCost, spec, table
+
+    t = table(np.zeros(4), [640] * 4, [20] * 4, prefix_tokens=320)
+    result = simulate(t, spec(lower="pool", kv_home=1), LinearCost())
+    assert result.completed.all()
+
+
+def test_groups_follow_where_sharers_part():
+    """A one-block common prompt, then two pairs that share 40 more blocks each: two groups of 41 blocks, not one
+    of a single block."""
+    from archsim.serving.engine import _Engine
+    from tests.serving_tables import LinearCost, spec, table
+
+    t = table(np.zeros(4), [16 * 50] * 4, [5] * 4)
+    engine = _Engine(t, spec(lower="pool", kv_home=1), LinearCost())
+    a, b = np.uint64(11), np.uint64(22)
+    for r, tail in enumerate((a, a, b, b)):
+        lo = engine.coff[r]
+        engine.ckeys[lo] = 7  # the common first block
+        engine.ckeys[lo + 1:lo + 41] = tail + np.arange(40, dtype=np.uint64)  # shared within each pair
+    engine.ctx[:4] = 16 * 50
+    engine.res[:4] = 0  # view tier 0 is the pool (kv_home 1, decode load)
+    prefixes, privates = engine._shared_groups(np.arange(4), np.ones(4, dtype=bool))
+    assert sorted(prefixes.tolist()) == [41 * 16, 41 * 16]
+    assert [len(p) for p in privates] == [2, 2] and all((p == 9 * 16).all() for p in privates)

@@ -136,3 +136,34 @@ def test_bad_speculation_is_one_line_naming_file_and_key(tmp_path, key, value, w
     assert len(lines) == 1 and "Traceback" not in result.output
     assert str(path) in lines[0] and f"scenario.speculative.{key}" in lines[0] and words in lines[0]
     assert not out.exists()
+
+
+# ---------------------------------------------------------------- engine-level properties
+def _spec_engine_run(max_batch_tokens: int, k: int = 4, acceptance: float = 0.5, requests: int = 40,
+                     prompt: int = 2, output: int = 30):
+    from archsim.serving.engine import simulate
+    from archsim.serving.speculative import Speculation
+    from tests.serving_tables import LinearCost, spec, table
+
+    t = table(np.zeros(requests), [prompt] * requests, [output] * requests)
+    cost = LinearCost()
+    return simulate(t, spec(max_batch_tokens=max_batch_tokens), cost, record=True,
+                    speculation=Speculation(k, acceptance, 0, cost))
+
+
+def test_verified_positions_count_against_the_token_budget():
+    result = _spec_engine_run(max_batch_tokens=64)
+    assert result.completed.all()
+    assert int(result.activity["iteration_tokens"].max()) <= 64
+
+
+def test_a_budget_smaller_than_one_verification_still_decodes():
+    result = _spec_engine_run(max_batch_tokens=3, requests=3, prompt=2)
+    assert result.completed.all()  # a lone verification of k + 1 = 5 positions runs alone
+
+
+def test_one_position_entries_are_read_once_not_twice(tmp_path):
+    """Answers of 2 tokens: the only decode step has one token left, so it verifies nothing: it reads the
+    100-token context once, as a decode step, not also as a verification."""
+    entry = _serve(tmp_path, "scenario.input.value=100", "scenario.output.value=2")
+    assert entry["kv_read_bytes_per_token"] == pytest.approx(100 * 327_680, rel=1e-9)

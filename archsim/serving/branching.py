@@ -16,8 +16,8 @@ complete. Shapes (`Branching.kind`):
   one output token: the verifier's prefill over the child, by default the same model) and moves to a child drawn
   uniformly, or with probability `backtrack` to an unexpanded sibling of the current node, whose KV is older,
   until it is `depth` steps deep. `parents` gives the tree instead: node i continues node parents[i] (-1: the
-  prompt; parents listed first), every node but the root evaluated. An expansion waits for its level's last
-  evaluation.
+  prompt; parents listed first), every node but the root evaluated. An expansion waits for the evaluation of
+  the node it expands (which waits for that node's answer), as the selection needs that node's score.
 """
 
 from __future__ import annotations
@@ -99,15 +99,14 @@ def _searched_tree(p: Program, b: Branching, prompt_tokens: int, step_tokens: in
     depth = {current: 0}
     parent_of: dict[int, int] = {}
     expanded: dict[int, list[int]] = {}
-    wait = current  # what the next expansion waits for: the last evaluation of the level before
+    scored: dict[int, int] = {current: current}  # what an expansion of a node waits for: its evaluation
     while depth[current] < b.depth:
-        kids, last = [], wait
+        kids = []
         for _ in range(b.width):
-            kid = p.add(current, 0, step_tokens, after=wait)
+            kid = p.add(current, 0, step_tokens, after=scored[current])
             depth[kid], parent_of[kid] = depth[current] + 1, current
             kids.append(kid)
-            if b.eval_tokens:
-                last = p.add(kid, b.eval_tokens, 1)
+            scored[kid] = p.add(kid, b.eval_tokens, 1) if b.eval_tokens else kid
         expanded[current] = kids
         up = parent_of.get(current)
         siblings = [n for n in expanded.get(up, []) if n not in expanded] if up is not None else []
@@ -115,4 +114,3 @@ def _searched_tree(p: Program, b: Branching, prompt_tokens: int, step_tokens: in
             current = siblings[int(rng.integers(len(siblings)))]
         else:
             current = kids[int(rng.integers(len(kids)))]
-        wait = last if b.eval_tokens else current

@@ -55,6 +55,7 @@ from archsim.serving.spec import IterationCost, ServingSpec, validate
 from archsim.serving.speculative import Speculation, draft_ns, emitted_tokens
 from archsim.serving.transfers import LinkSharing, links_of_tiers
 from archsim.serving.utilization import Intervals, utilization_over_time
+from archsim.system.multi_token import QUERIES_MAX
 
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
 EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
@@ -302,6 +303,7 @@ class _Engine:
         self.verify_steps = np.zeros(n, dtype=np.int64)  # speculation: verification steps each request ran
         self.rejected_tokens = 0                         # positions verified, written and then discarded
         self.verified_kv_read = 0.0                      # KV bytes the verification steps read (their contexts)
+        self.verified_chunk_read = 0.0                   # ... those of more than one position (not decode entries)
         self.draft_ns = 0.0
 
     def _init_instances(self) -> None:
@@ -465,9 +467,11 @@ class _Engine:
         if run:
             self._grow_decoders(i, t)
             arr = np.array(run, dtype=np.int64)
-            decoding = arr[self.ctx[arr] >= self.target[arr]][:budget]
-            ids.extend(decoding.tolist())
+            decoding = arr[self.ctx[arr] >= self.target[arr]]
             verify = self._verify_tokens(decoding)
+            fits = max(1, int(np.searchsorted(np.cumsum(verify), budget, side="right"))) if len(verify) else 0
+            decoding, verify = decoding[:fits], verify[:fits]  # the budget counts every verified position
+            ids.extend(decoding.tolist())
             news.extend(verify.tolist())
             prefill.extend([False] * len(decoding))
             budget -= int(verify.sum())
@@ -515,7 +519,6 @@ class _Engine:
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
         t_start = t
-        self._sample_l2(ids, self.ctx[ids])
         bound = self.heap[0][0] if self.heap else math.inf
         if self.iter_heap:
             others = self.iter_heap[0][0]
@@ -547,6 +550,7 @@ class _Engine:
             if fits < steps:
                 break
         if done:
+            self._sample_l2(ids, ctx - done, self.iterations, done)
             self.decode_tokens_read += int(done * int((ctx - done).sum()) + len(ids) * done * (done - 1) // 2)
             self.ctx[ids] = ctx
             self.out_done[ids] += done
@@ -837,14 +841,15 @@ class _Engine:
             return float(self.cost.iteration_ns(cached, news, self.res[ids] > 0))
         return float(self.cost.iteration_ns(cached, news))
 
-    def _sample_l2(self, ids: np.ndarray, cached: np.ndarray) -> None:
-        """The GPU attention's block reads of a sampled iteration (sequences whose KV is in HBM)."""
-        if self.l2 is None or not self.l2.due(self.iterations):
+    def _sample_l2(self, ids: np.ndarray, cached: np.ndarray, first: int, count: int = 1) -> None:
+        """The GPU attention's block reads of iterations [first, first + count) of this batch, if any of them is
+        a sample point (sequences whose KV is in HBM)."""
+        if self.l2 is None or not self.l2.points(first, count):
             return
         on_gpu = (self.base + self.res[ids] == 0) & (cached > 0)
         blocks = [self.ckeys[self.coff[r]:self.coff[r] + -(-int(c) // self.bt)]
                   for r, c in zip(ids[on_gpu].tolist(), cached[on_gpu].tolist(), strict=True)]
-        self.l2.sample(self.iterations, blocks)
+        self.l2.sample(first, blocks, count)
 
     def _decode_reads(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
         """The pool's decode-time scale for this batch (below 1 when its multi-token kernel reads prefixes that
@@ -855,45 +860,67 @@ class _Engine:
             return 1.0
         read = int(cached[decoding & (self.base + self.res[ids] == self.pool_index)].sum())
         self.pool_decode_tokens += read
-        shared = self._shared_groups(ids, decoding)
-        factor = self.cost.shared_prefix_factor(*shared) if shared is not None else 1.0
-        saved = sum(int(p) * (len(q) - 1) for p, q in zip(shared[0].tolist(), shared[1], strict=True)) \
-            if factor < 1.0 and shared is not None else 0
+        shared = self._shared_groups(ids, decoding) if not self.auto else None
+        scale = getattr(self.cost, "shared_prefix_factor", None)
+        factor = scale(*shared) if shared is not None and scale is not None else 1.0
+        saved = 0
+        if factor < 1.0 and shared is not None:  # a group's prefix is read once per QUERIES_MAX of its sharers
+            saved = sum(int(p) * (len(q) - -(-len(q) // QUERIES_MAX))
+                        for p, q in zip(shared[0].tolist(), shared[1], strict=True))
         self.pool_decode_fetched += read - saved
         return factor
 
     def _shared_groups(self, ids: np.ndarray, decoding: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
         """Decode sequences in a PNM pool that share leading KV blocks (forks of one program, a common prompt):
-        per group of two or more, the tokens of the blocks all of them hold and each one's other tokens, which
-        the pool's multi-token kernel reads once per group and once per sequence (None: no such group)."""
+        every such sequence in groups -- the tokens of the blocks a group's members all hold, and each member's
+        other tokens; a sequence that shares nothing is a group of its own with no shared tokens -- which the
+        pool's multi-token kernel reads once per group and once per sequence (None: nothing is shared)."""
         if self.pool_index < 0 or self.auto or self.spec.tiers[self.pool_index].compute != "pnm":
             return None
         dec = ids[decoding]
-        dec = dec[(self.base + self.res[dec] == self.pool_index) & (self.ctx[dec] >= self.bt)]
+        dec = dec[self.base + self.res[dec] == self.pool_index]
         if len(dec) < 2:
             return None
-        first = self.ckeys[self.coff[dec]]
-        order = np.argsort(first, kind="stable")
-        dec, first = dec[order], first[order]
-        starts = np.flatnonzero(np.concatenate([[True], first[1:] != first[:-1]]))
-        ends = np.append(starts[1:], len(dec))
-        prefixes, privates = [], []
-        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
-            if hi - lo < 2:
-                continue
-            members = dec[lo:hi]
-            full = self.ctx[members] // self.bt
-            head = self.ckeys[self.coff[members[0]]:self.coff[members[0]] + int(full.min())]
-            common = len(head)
-            for r, blocks in zip(members[1:].tolist(), full[1:].tolist(), strict=True):
-                mine = self.ckeys[self.coff[r]:self.coff[r] + min(common, blocks)]
-                same = mine == head[:len(mine)]
-                common = int(np.argmin(np.append(same, False)))
-            prefixes.append(common * self.bt)
-            privates.append(self.ctx[members] - common * self.bt)
-        if not prefixes:
+        full = {r: int(self.ctx[r] // self.bt) for r in dec.tolist()}
+        groups: list[tuple[list[int], int]] = []
+        for members in self._by_key(dec.tolist(), full, 0).values():
+            groups.extend(self._best_groups(members, full, 0)[1])
+        if all(len(m) < 2 or blocks == 0 for m, blocks in groups):
             return None
+        prefixes = [blocks * self.bt if len(m) > 1 else 0 for m, blocks in groups]
+        privates = [self.ctx[np.asarray(m, dtype=np.int64)] - prefix for (m, _), prefix in zip(groups, prefixes,
+                                                                                              strict=True)]
         return np.asarray(prefixes, dtype=np.int64), privates
+
+    def _by_key(self, members: list[int], full: dict[int, int], depth: int) -> dict[int, list[int]]:
+        """Members that hold block `depth`, by its key (the others, whose context ends before it, leave)."""
+        out: dict[int, list[int]] = {}
+        for r in members:
+            if full[r] > depth:
+                out.setdefault(int(self.ckeys[self.coff[r] + depth]), []).append(r)
+        return out
+
+    def _best_groups(self, members: list[int], full: dict[int, int],
+                     depth: int) -> tuple[int, list[tuple[list[int], int]]]:
+        """Members sharing their first `depth` blocks: as one group at their longest common run of blocks, or
+        split where they part into groups that share more, whichever saves more block reads (saved, groups)."""
+        if len(members) < 2:
+            return 0, [(members, 0)]
+        reach = min(full[r] for r in members)
+        head = self.ckeys[self.coff[members[0]]:self.coff[members[0]] + reach]
+        common = reach
+        for r in members[1:]:
+            same = self.ckeys[self.coff[r]:self.coff[r] + reach] == head
+            common = min(common, int(np.argmin(np.append(same, False))))
+        parts = self._by_key(members, full, common)
+        whole = (common * (len(members) - 1), [(members, common)])
+        ended = [r for r in members if full[r] <= common]
+        split_saved, split_groups = 0, [([r], 0) for r in ended]
+        for part in parts.values():
+            saved, found = self._best_groups(part, full, common + 1) if len(part) > 1 else (0, [(part, 0)])
+            split_saved += saved
+            split_groups += found
+        return whole if whole[0] >= split_saved else (split_saved, split_groups)
 
     def _load_pays(self, r: int, hits: np.ndarray, lead: int, found: int, v: int) -> bool:
         """Loading the hit blocks from lower tiers beats recomputing them (and what follows the first)."""
@@ -995,8 +1022,8 @@ class _Engine:
     def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> None:
         self.busy[i] = True
         cached = self.ctx[ids]
-        self._sample_l2(ids, cached)
-        scale = self._decode_reads(ids, cached, news) if not self.auto else 1.0
+        self._sample_l2(ids, cached, self.iterations)
+        scale = self._decode_reads(ids, cached, news)
         compute_ns = float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else \
             self._iteration_ns(ids, cached, news)
         if self.speculation is not None:       # the draft proposes before the target verifies
@@ -1004,6 +1031,7 @@ class _Engine:
             compute_ns += drafting
             self.draft_ns += drafting
             self.verified_kv_read += float(cached[~prefill].sum() * self.kvb)
+            self.verified_chunk_read += float(cached[~prefill & (news > 1)].sum() * self.kvb)
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
@@ -1252,7 +1280,7 @@ class _Engine:
         """KV the decode and verification attention fetched from where it lives: HBM reads every sequence's
         blocks, a PNM pool a prefix its sequences share once."""
         fetched = self.decode_tokens_read - (self.pool_decode_tokens - self.pool_decode_fetched)
-        return float(fetched * self.kvb + self.verified_kv_read)
+        return float(fetched * self.kvb + self.verified_chunk_read)
 
     def _speculation(self) -> dict | None:
         sp = self.speculation

@@ -16,7 +16,9 @@ the same reason.
 
 Hits: a fully associative LRU of the capacity in lines (archsim.cache.reuse): the datasheet L2 and the size
 sweep `SWEEP_FACTORS` x it (reported, never picked). Sampling: the first iteration and then one in every
-`stride` (16) started iterations, at most `max_samples` (512) per run, so the cost stays bounded on any run.
+`stride` (16) iterations, at most `max_samples` (512) simulated per run, so the cost stays bounded on any run;
+a stretch of pure decode (the same batch a token longer each iteration) is simulated once, weighted by the
+sample points it holds.
 """
 
 from __future__ import annotations
@@ -44,13 +46,22 @@ class GpuL2Sampler:
     distances: list[np.ndarray] = field(default_factory=list)  # re-references' distances in lines, a bounded sample
     _next: int = 0
 
-    def due(self, iteration: int) -> bool:
-        return self.samples < self.max_samples and iteration >= self._next
+    def points(self, first: int, count: int = 1) -> int:
+        """Sample points among iterations [first, first + count): the first due one, then one every `stride`."""
+        if self.samples >= self.max_samples or first + count <= self._next:
+            return 0
+        return (first + count - 1 - max(first, self._next)) // self.stride + 1
 
-    def sample(self, iteration: int, blocks: list[np.ndarray]) -> None:
-        """One iteration's GPU attention: `blocks` the block keys each sequence reads, in batch order."""
-        self._next = iteration + self.stride
-        if not blocks:
+    def due(self, iteration: int) -> bool:
+        return self.points(iteration) > 0
+
+    def sample(self, iteration: int, blocks: list[np.ndarray], count: int = 1) -> None:
+        """The GPU attention of iterations [iteration, iteration + count) that read the same blocks (a stretch of
+        pure decode, a token apart): `blocks` the block keys each sequence reads, in batch order, weighted by
+        the sample points among them."""
+        weight = self.points(iteration, count)
+        self._next = max(iteration, self._next) + weight * self.stride
+        if not blocks or not weight:
             return
         group = self.query_heads_per_gpu // self.kv_heads_per_gpu
         stream = []
@@ -61,13 +72,13 @@ class GpuL2Sampler:
                     stream.append(np.tile(lines, group))  # each of its query heads reads them in turn
         distances = stack_distances(np.concatenate(stream))
         self.samples += 1
-        self.reads += int(distances.size)
+        self.reads += weight * int(distances.size)
         again = distances[distances >= 0]
         if again.size:  # a thousand per sample bounds the memory
             self.distances.append(np.sort(again)[np.linspace(0, again.size - 1, min(1000, again.size)).astype(int)])
         for factor in SWEEP_FACTORS:
             lines = int(self.capacity_bytes * factor // self.line_bytes)
-            self.hits[factor] = self.hits.get(factor, 0) + hits_at(distances, lines)
+            self.hits[factor] = self.hits.get(factor, 0) + weight * hits_at(distances, lines)
 
     def summary(self) -> dict[str, object]:
         rate = {f"{int(self.capacity_bytes * f / 1e6)}MB": (self.hits.get(f, 0) / self.reads if self.reads else None)

@@ -59,12 +59,16 @@ def emitted_tokens(k: int, acceptance: float, seed: int, requests: np.ndarray, s
 
 
 def draft_ns(speculation: Speculation, cached: np.ndarray, new: np.ndarray, verifying: np.ndarray) -> float:
-    """The draft's part of an iteration: k decode steps of the verifying sequences, the first with the
-    iteration's prefill chunks (the draft keeps its own KV of every prompt)."""
-    draft, k = speculation.draft, speculation.k
+    """The draft's part of an iteration: up to k decode steps of the verifying sequences (as many as the longest
+    verification needs), the first with the iteration's prefill chunks (the draft keeps its own KV of every
+    prompt)."""
+    draft = speculation.draft
     ctx = cached[verifying]
-    if not len(ctx):
-        return float(draft.iteration_ns(cached, new)) if len(cached) else 0.0
+    # drafts the longest verification needs (a sequence near its answer's end verifies fewer)
+    steps = int(new[verifying].max()) - 1 if len(ctx) else 0
+    if steps <= 0:
+        chunks = ~verifying
+        return float(draft.iteration_ns(cached[chunks], new[chunks])) if chunks.any() else 0.0
     ones = np.ones(len(ctx), dtype=np.int64)
     first = draft.iteration_ns(np.concatenate([ctx, cached[~verifying]]), np.concatenate([ones, new[~verifying]]))
-    return float(first) + sum(float(draft.iteration_ns(ctx + j, ones)) for j in range(1, k))
+    return float(first) + sum(float(draft.iteration_ns(ctx + j, ones)) for j in range(1, steps))

@@ -96,7 +96,8 @@ def shared_prefix_factor(system: SystemConfig, shape: ModelShape, element_bytes:
     assert pool is not None
     single = unit_fit(system, shape, element_bytes, 1)
     widths = [len(p) for p in private_tokens]
-    fits = {w: unit_fit(system, shape, element_bytes, min(w, QUERIES_MAX), roots=True) for w in set(widths)}
+    fits = {w: unit_fit(system, shape, element_bytes, min(w, QUERIES_MAX), roots=True) if w > 1 else single
+            for w in set(widths)}
     if single is None or any(f is None for f in fits.values()):
         return 1.0
     heads = shape.kv_cache_heads
@@ -108,7 +109,7 @@ def shared_prefix_factor(system: SystemConfig, shape: ModelShape, element_bytes:
         f = fits[w]
         assert f is not None
         # more sharers than the kernel's queries: the prefix is read once per QUERIES_MAX of them
-        passes = -(-w // QUERIES_MAX)
+        passes = -(-w // QUERIES_MAX) if s > 0 else 0  # a group of no shared tokens only reads its own
         lengths += [s] * passes + p.tolist()
         fixed += [f[0]] * passes + [single[0]] * len(p)
         per_token += [f[1]] * passes + [single[1]] * len(p)

@@ -47,7 +47,8 @@
 .assert WINDOW == 0, "a sliding window does not apply to tree attention"
 .include "common.inc"
 
-.default PAR_ADDR = 64
+.default LENS_ADDR = 0
+.default PAR_ADDR = 64 * cdiv(LENS_ADDR + 4 * BATCH, 64)      ; after the lengths
 .default CHAIN_ADDR = PAR_ADDR + 4 * QTOKENS
 .default K_ADDR = 4096 * cdiv(CHAIN_ADDR + 4 * QTOKENS, 4096)
 .include "contiguous.inc"
