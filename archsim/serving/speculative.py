@@ -9,7 +9,8 @@ in one pass, and the longest accepted run plus the target's own next token is em
   shares and the run is deterministic.
 * Cost of an iteration: the target's mixed-batch step in which every verifying sequence's entry is
   (its context, k + 1 new tokens) -- the KV of all k + 1 positions is computed and written, the rejected
-  ones' is discarded -- plus, before it, the draft's k decode steps of those sequences (its first step also
+  ones' is discarded -- plus, before it, the draft's decode steps of those sequences (k, fewer when every
+  verification of the iteration is shorter near an answer's end; its first step also
   prefills the iteration's prefill chunks) on the same GPUs, the draft's weights and KV in HBM.
 """
 
