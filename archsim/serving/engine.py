@@ -502,7 +502,8 @@ class _Engine:
         self.took_over = False
         ids_arr = np.array(ids, dtype=np.int64)
         decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any() and \
-            self.speculation is None and self._shared_groups(ids_arr, ~np.array(prefill, dtype=bool)) is None
+            self.speculation is None and \
+            not self._shares_blocks(self._pool_decoders(ids_arr, ~np.array(prefill, dtype=bool)))
         # (the fast path runs one token per sequence and step, each reading its own KV)
         return ids_arr, np.array(news, dtype=np.int64), np.array(prefill, dtype=bool), decode_only
 
@@ -875,11 +876,8 @@ class _Engine:
         every such sequence in groups -- the tokens of the blocks a group's members all hold, and each member's
         other tokens; a sequence that shares nothing is a group of its own with no shared tokens -- which the
         pool's multi-token kernel reads once per group and once per sequence (None: nothing is shared)."""
-        if self.pool_index < 0 or self.auto or self.spec.tiers[self.pool_index].compute != "pnm":
-            return None
-        dec = ids[decoding]
-        dec = dec[self.base + self.res[dec] == self.pool_index]
-        if len(dec) < 2:
+        dec = self._pool_decoders(ids, decoding)
+        if not self._shares_blocks(dec):
             return None
         full = {r: int(self.ctx[r] // self.bt) for r in dec.tolist()}
         groups: list[tuple[list[int], int]] = []
@@ -891,6 +889,17 @@ class _Engine:
         privates = [self.ctx[np.asarray(m, dtype=np.int64)] - prefix for (m, _), prefix in zip(groups, prefixes,
                                                                                               strict=True)]
         return np.asarray(prefixes, dtype=np.int64), privates
+
+    def _pool_decoders(self, ids: np.ndarray, decoding: np.ndarray) -> np.ndarray:
+        """The decode sequences of a batch whose KV is in a PNM pool and fills at least one block."""
+        if self.pool_index < 0 or self.auto or self.spec.tiers[self.pool_index].compute != "pnm":
+            return ids[:0]
+        dec = ids[decoding]
+        return dec[(self.base + self.res[dec] == self.pool_index) & (self.ctx[dec] >= self.bt)]
+
+    def _shares_blocks(self, dec: np.ndarray) -> bool:
+        """Whether two of these sequences hold the same first block (then they share a leading run of blocks)."""
+        return len(dec) > 1 and len(np.unique(self.ckeys[self.coff[dec]])) < len(dec)
 
     def _by_key(self, members: list[int], full: dict[int, int], depth: int) -> dict[int, list[int]]:
         """Members that hold block `depth`, by its key (the others, whose context ends before it, leave)."""
