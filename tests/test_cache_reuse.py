@@ -100,3 +100,65 @@ def test_the_slow_thinking_verdict_reads_the_trend():
     assert "falls monotonically" in lines[0] and "does not fall" in lines[1]
     shallow = {"scenario.tree.backtrack": [{"l2": 0.85}, {"l2": 0.8}], "scenario.tree.width": [{"l2": 0.9}]}
     assert "does not fall" in _verdict(shallow)[0]
+
+
+POOL_L2 = ("system.pool.l2={capacity: 64MiB, line_size: 128B, ways: 16, replacement: lru, hit_latency_cycles: 20, "
+           "mshrs: 64}")
+
+
+def _pool_sampler(capacity_bytes: int, ways: int, lines_per_block: int = 2):
+    from archsim.cache.l2 import l2_config_from_mapping
+    from archsim.serving.pool_l2 import PoolL2Sampler
+
+    l2 = l2_config_from_mapping({"capacity": capacity_bytes, "line_size": "128B", "ways": ways,
+                                 "replacement": "lru", "hit_latency_cycles": 20, "mshrs": 8})
+    # one channel per device, so the slice is the whole L2; a block puts lines_per_block lines on it
+    return PoolL2Sampler.of(l2, 1, 4, lines_per_block * 4 * 128, layers=80)
+
+
+def test_the_pool_l2_sees_branches_share_a_prefix():
+    """Four branches stream a 50-block shared prefix and 10 blocks of their own, one after another: with room for
+    all of it, every re-read of a prefix line hits (the analytic 1 - distinct / reads), loads included; with
+    room for fewer lines than a branch reads, LRU keeps none of the prefix for the next branch."""
+    prefix = np.arange(50, dtype=np.uint64) + 1000
+    branches = [np.concatenate([prefix, np.arange(10, dtype=np.uint64) + 100 * (b + 1)]) for b in range(4)]
+    big = _pool_sampler(1 << 20, ways=8)
+    big.read(prefix)  # a load of the prefix before the iteration
+    big.iteration(branches)
+    reads, distinct = (50 + 4 * 60) * 2, (50 + 40) * 2
+    s = big.summary()
+    assert s["kv_line_reads"] == reads and s["kv_hit_rate"] == pytest.approx(1 - distinct / reads)
+    assert s["iteration_read_bytes"]["max"] == reads * 128 * 4 * 80  # one channel's layer, times both
+    fully = _pool_sampler(100 * 128, ways=100)  # 100 lines, fully associative: a branch reads 120
+    fully.iteration(branches)
+    assert fully.summary()["kv_hit_rate"] == 0.0
+    cold = _pool_sampler(1 << 20, ways=8)
+    cold.iteration([np.arange(60, dtype=np.uint64) + 100 * b for b in range(4)])  # nothing shared
+    assert cold.summary()["kv_hit_rate"] == 0.0
+
+
+def test_the_pool_l2_samples_one_host_reading_iteration_in_sixteen():
+    sampler = _pool_sampler(1 << 20, ways=8)
+    for _ in range(40):
+        sampler.iteration([])  # reads nothing through the host port: not counted
+        sampler.iteration([np.arange(4, dtype=np.uint64)])
+    assert sampler.summary()["sampled_iterations"] == 3  # the 1st, 17th and 33rd reading iterations
+
+
+def test_a_serving_run_reports_the_pool_l2_on_streamed_branches(tmp_path):
+    """g25-nopnm streaming its KV (kv.decode: stream) with a 64 MiB L2 per pool device: tree search's siblings
+    re-read their parent's blocks, so the host-path L2 hits; one path per request (reasoning) never does."""
+    rates = {}
+    for scenario in ("tree-search", "reasoning"):
+        out = tmp_path / f"{scenario}.json"
+        result = CliRunner().invoke(main, ["serve", "g25-nopnm", "--scenario", scenario, "--requests", "20",
+                                           "--quiet", "--set", POOL_L2, "--set", "system.kv.decode=stream",
+                                           "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        reuse = json.loads(out.read_text())["results"][0]["cache_reuse"]
+        assert reuse["pnm_sram_kv_hit_rate"] is None  # no PNM: the pool's KV goes to the GPUs
+        pool = reuse["pool_l2"]
+        assert pool["capacity_bytes"] == 8 * 64 * 2**20 and pool["slice_bytes"] == 2**20
+        assert pool["sampled_iterations"] >= 1
+        rates[scenario] = pool["kv_hit_rate"]
+    assert rates["reasoning"] == 0.0 and rates["tree-search"] > 0.3

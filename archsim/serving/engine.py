@@ -50,6 +50,7 @@ from archsim.errors import ArchsimError, ConfigError
 from archsim.serving.activity import ActivityLog
 from archsim.serving.gpu_l2 import GpuL2Sampler
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
+from archsim.serving.pool_l2 import PoolL2Sampler
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
 from archsim.serving.speculative import Speculation, draft_ns, emitted_tokens
@@ -108,6 +109,7 @@ class ServingResult:
     utilization: dict | None = None      # links and pool DRAM over time (archsim.serving.utilization)
     speculation: dict | None = None      # draft and verify: steps, tokens, rejected KV (serving.speculative)
     gpu_l2: dict | None = None           # the GPU attention's sampled L2 reuse (archsim.serving.gpu_l2)
+    pool_l2: dict | None = None          # the pool's host-path L2, sampled (archsim.serving.pool_l2)
     pool_decode_tokens: tuple[int, int] = (0, 0)  # KV tokens the pool's decode attention read, and fetched
     kv_fetched_bytes: float = 0.0        # KV decode and verification attention fetched from the KV's memory
 
@@ -119,17 +121,19 @@ class ServingResult:
 
 def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False,
              placer: object | None = None, speculation: Speculation | None = None,
-             l2: GpuL2Sampler | None = None) -> ServingResult:
+             l2: GpuL2Sampler | None = None, pool_l2: PoolL2Sampler | None = None) -> ServingResult:
     """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish.
     `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline). `placer`:
     with `placement: auto`, where each sequence's KV goes (archsim.plan.place.Placer); the cost then takes
     which sequences are pooled (archsim.serving.costs.SplitCost). `speculation`: decode by draft and verify
-    (archsim.serving.speculative). `l2`: sample the GPU attention's L2 reuse (archsim.serving.gpu_l2)."""
+    (archsim.serving.speculative). `l2`: sample the GPU attention's L2 reuse (archsim.serving.gpu_l2); `pool_l2`:
+    the pool's host-path L2 (archsim.serving.pool_l2)."""
     if spec.placement == "auto" and placer is None:
         raise ValueError("placement auto needs a placer")
     engine = _Engine(table, spec, cost, speculation)
     engine.placer = placer
     engine.l2 = l2
+    engine.pool_l2 = pool_l2
     engine.activity = ActivityLog() if record else None
     return engine.run()
 
@@ -183,6 +187,7 @@ class _Engine:
     activity: ActivityLog | None = None
     placer: Any = None     # placement auto: archsim.plan.place.Placer
     l2: GpuL2Sampler | None = None
+    pool_l2: PoolL2Sampler | None = None
 
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost,
                  speculation: Speculation | None = None) -> None:
@@ -954,6 +959,8 @@ class _Engine:
         self.pending[i][v].update(seq_keys[:cached_blocks][lower].tolist())
         for w in np.unique(hits[lower]).tolist():
             blocks = int(np.count_nonzero(hits == w))
+            if self.pool_l2 is not None and self.base + w == self.pool_index:
+                self.pool_l2.read(seq_keys[:cached_blocks][hits == w])
             size = float(blocks * self.block_bytes)
             self.loaded_blocks[r, self.base + w] += blocks
             self.tier_read[self.base + w] += size
@@ -1007,6 +1014,8 @@ class _Engine:
         self.nheld[r] = nblocks
         below = self.base + v + 1
         size = float(self.ctx[r] * self.kvb)
+        if self.pool_l2 is not None and below == self.pool_index:
+            self.pool_l2.read(self._seq_keys(r, -(-int(self.ctx[r]) // self.bt)))
         self.tier_read[below] += size
         self.tier_write[self.base + v] += size
         self._transfer(below, size, X_SWAP_IN, r, t)
@@ -1059,6 +1068,10 @@ class _Engine:
                 # KV a pool (or a streamed tier) holds is written over its link
                 self._transfer(self.base + v, size, X_WRITE, i, t)
         streaming = self.streams[ids]
+        if self.pool_l2 is not None:
+            pooled = streaming & (self.base + self.res[ids] == self.pool_index)
+            self.pool_l2.iteration([self._seq_keys(r, -(-int(c) // self.bt))
+                                    for r, c in zip(ids[pooled].tolist(), cached[pooled].tolist(), strict=True)])
         if streaming.any():
             for v in np.unique(self.res[ids][streaming]).tolist():
                 rows = streaming & (self.res[ids] == v)
@@ -1282,6 +1295,7 @@ class _Engine:
             home_tier=self.res.astype(np.int8) if self.auto else None, moves=self.moves.copy() if self.auto else None,
             move_bytes=self.move_bytes, utilization=self._utilization(), speculation=self._speculation(),
             gpu_l2=self.l2.summary() if self.l2 is not None and self.l2.reads else None,
+            pool_l2=self.pool_l2.summary() if self.pool_l2 is not None else None,
             pool_decode_tokens=(self.pool_decode_tokens, self.pool_decode_fetched),
             kv_fetched_bytes=self._kv_fetched_bytes())
 

@@ -19,6 +19,7 @@ from archsim.serving.energy import run_energy
 from archsim.serving.engine import ServingResult, simulate
 from archsim.serving.gpu_l2 import GpuL2Sampler
 from archsim.serving.metrics import summarize
+from archsim.serving.pool_l2 import PoolL2Sampler
 from archsim.serving.requests import RequestTable
 from archsim.serving.scenario import Scenario
 from archsim.serving.spec import ServingSpec
@@ -94,7 +95,7 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
         placer = placer_for(system, workload, spec.tiers[spec.kv_home].name)
     try:
         result = simulate(table, spec, cost, record=record, placer=placer, speculation=speculation,
-                          l2=gpu_l2_sampler(system, workload, spec))
+                          l2=gpu_l2_sampler(system, workload, spec), pool_l2=pool_l2_sampler(system, workload, spec))
     except ArchsimError as exc:
         if exc.file is not None:
             raise  # bad input, not a system that cannot serve
@@ -129,6 +130,18 @@ def gpu_l2_sampler(system: SystemConfig, workload: Workload, spec: ServingSpec) 
     return GpuL2Sampler(preset.l2_capacity_bytes, spec.block_tokens * geo.row_bytes, q_per_gpu, kv_per_gpu)
 
 
+def pool_l2_sampler(system: SystemConfig, workload: Workload, spec: ServingSpec) -> PoolL2Sampler | None:
+    """The pool's host-path L2 (`system.pool.l2`) when the system has one and a pool tier."""
+    pool = system.pool
+    if pool is None or pool.l2 is None or not any(t.kind == "pool" for t in spec.tiers):
+        return None
+    from archsim.kvlayout import kv_geometry
+
+    geo = kv_geometry(workload.shape, workload.dtype, 1, 0)
+    return PoolL2Sampler.of(pool.l2, pool.channels_per_device, pool.channels,
+                            spec.block_tokens * geo.kv_heads * geo.row_bytes, geo.layers)
+
+
 def cache_reuse(workload: Workload, result: ServingResult) -> dict[str, Any]:
     """The GPU L2's sampled KV hit rate (attention on the GPUs) and its weights' (an iteration reads each GPU's
     share of the weights once, so a weight line's reuse distance is that share: a hit only if it fits), and
@@ -144,8 +157,9 @@ def cache_reuse(workload: Workload, result: ServingResult) -> dict[str, Any]:
         per_gpu = weights / result.spec.tensor_parallel
         gpu_l2 = {**gpu_l2, "weight_reuse_distance_bytes": per_gpu,
                   "weight_hit_rate": 1.0 if per_gpu < gpu_l2["capacity_bytes"] else 0.0}
-    return {"gpu_l2": gpu_l2,
-            "pnm_sram_kv_hit_rate": 1.0 - fetched / (group * read) if read else None,
+    pnm = result.spec.tiers[result.spec.kv_home].compute == "pnm"  # else the pool's KV is streamed to the GPUs
+    return {"gpu_l2": gpu_l2, "pool_l2": result.pool_l2,
+            "pnm_sram_kv_hit_rate": 1.0 - fetched / (group * read) if read and pnm else None,
             "pool_decode_kv_tokens_read": read, "pool_decode_kv_tokens_fetched": fetched}
 
 
