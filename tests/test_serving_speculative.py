@@ -4,6 +4,7 @@ analytic E[accepted], what verification writes and costs, determinism and bad sc
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -76,6 +77,61 @@ def test_every_rejected_position_is_written_and_counted(tmp_path):
     left = np.arange(63, 0, -1)
     assert sp["rejected_tokens"] == 4 * int((np.minimum(5, left) - 1).sum())
     assert sp["rejected_kv_bytes"] == sp["rejected_tokens"] * 327_680  # Llama-3.1-70B: 320 KiB per token
+
+
+def test_rejected_positions_and_the_draft_are_counted_for_energy(tmp_path):
+    """Acceptance 0, 4 requests of 512 + 64 tokens, k = 4: step s (s = 0 .. 62) holds 512 + s tokens, verifies
+    v = min(5, 63 - s) positions and keeps one, so positions 2 .. v (rejected) attend over 512 + s + p keys. The
+    draft runs v - 1 decode steps (alone: one request) and one prefill pass, and is priced as its own energy
+    terms."""
+    entry = _serve(tmp_path, "scenario.speculative.acceptance=0", "scenario.input.value=512",
+                   "scenario.output.value=64")
+    sp = entry["speculative"]
+    s = np.arange(63)
+    v = np.minimum(5, 63 - s)
+    rejected_pairs = sum(512 + si + p for si, vi in zip(s.tolist(), v.tolist(), strict=True) for p in range(2, vi + 1))
+    assert sp["rejected_attention_pairs"] == 4 * rejected_pairs
+    one = _serve(tmp_path, "scenario.speculative.acceptance=0", "scenario.input.value=512",
+                 "scenario.output.value=64", requests=1)["speculative"]
+    draft_steps = int((v - 1).sum())
+    assert one["draft_passes"] == draft_steps + 1 and one["draft_tokens"] == draft_steps + 512
+    # decode step j of a verification reads the context and the j drafted before; the prefill its 512 tokens
+    assert one["draft_kv_tokens_read"] == 512 + sum(
+        512 + si + j for si, vi in zip(s.tolist(), v.tolist(), strict=True) for j in range(vi - 1))
+    parts = entry["energy_breakdown_mJ_per_token"]
+    assert parts["draft.gpu.flop"] > 0 and parts["draft.gpu.hbm_bit"] > 0
+    plain_path = tmp_path / "plain.yaml"
+    tree = yaml.safe_load((SCENARIOS_DIR / "speculative.yaml").read_text())
+    del tree["scenario"]["speculative"]
+    plain_path.write_text(yaml.safe_dump(tree))
+    out = tmp_path / "plain.json"
+    result = CliRunner().invoke(main, ["serve", "gpu-hbm", "--scenario", str(plain_path), "--requests", "4",
+                                       "--quiet", "--json", str(out), "--set", "scenario.input.value=512",
+                                       "--set", "scenario.output.value=64"])
+    assert result.exit_code == 0, result.output
+    plain = json.loads(out.read_text())["results"][0]["energy_breakdown_mJ_per_token"]
+    # the weights' FLOPs scale with the positions computed: 4 x 512 prompt + 4 x 63 decode, + the rejected
+    computed = 4 * 512 + 4 * 63
+    assert parts["gpu.flop"] / plain["gpu.flop"] == pytest.approx((computed + sp["rejected_tokens"]) / computed,
+                                                                  rel=0.02)
+
+
+def test_the_drafts_kv_takes_hbm_room():
+    """With the KV home in HBM a held token costs the target's and the draft's KV there; with it in a PNM pool,
+    the pool holds no more tokens than HBM's room has for the draft's KV."""
+    from archsim.serving.run import tiers_with_draft
+    from archsim.serving.spec import ServingSpec, TierSpec
+
+    hbm = TierSpec("hbm", "hbm", 10_000, None, 0.0, 0.0, "none")
+    pool = TierSpec("pool", "pool", 100_000, "pool_link", 64.0, 500.0, "pnm")
+    spec = ServingSpec("s", "t", 2, 1, "round_robin", 8192, 256, True, 16, "recompute", 10, (hbm, pool), 0,
+                       4096, "load")
+    tiers = tiers_with_draft(spec, 1_000, 5)
+    assert tiers[0].capacity_bytes == 9_000 * 10 // 15 and tiers[1].capacity_bytes == 100_000
+    tiers = tiers_with_draft(replace(spec, kv_home=1), 1_000, 5)  # 1,800 draft tokens per instance, two of them
+    assert tiers[0].capacity_bytes == 9_000 and tiers[1].capacity_bytes == 2 * 1_800 * 10
+    roomy = replace(spec, kv_home=1, tiers=(replace(hbm, capacity_bytes=10**9), pool))
+    assert tiers_with_draft(roomy, 1_000, 5)[1].capacity_bytes == 100_000  # the pool binds first
 
 
 def test_full_acceptance_emits_k_plus_one_per_step(tmp_path):

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from archsim.energy import energy_breakdown
+from archsim.kvlayout import kv_bytes_per_token
 from archsim.serving.costs import StepCostTable
 from archsim.serving.engine import ServingResult
 from archsim.system.config import SystemConfig
@@ -72,10 +73,17 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     flops = (work.layer_flops * layers + work.epilogue_flops) * (prefill_tokens + decode_tokens)
     flops += per_pair_flops * layers * (prefill_pairs + (0.0 if pnm_home else decode_pairs))
     hbm_bytes = float(work.weight_bytes) * result.iterations
+    sp = result.speculation
+    if sp is not None:  # the rejected positions were computed too: their weights' FLOPs and attention pairs
+        flops += (work.layer_flops * layers + work.epilogue_flops) * sp["rejected_tokens"]
+        if not pnm_home:
+            flops += per_pair_flops * layers * sp["rejected_attention_pairs"]
     if not pnm_home:  # attention reads the KV from HBM: each decode token its whole context, a prefill
-        # (flash attention, one pass over the KV per query tile) its prompt's KV about once
+        # (flash attention, one pass over the KV per query tile) its prompt's KV about once; a verification
+        # step reads its context once for all the positions it verifies
         prompt_tokens = float(result.input_tokens[result.completed].sum())
-        hbm_bytes += kv_token * (decode_pairs + prompt_tokens)
+        decode_kv = sp["kv_read_bytes"] if sp is not None else kv_token * decode_pairs
+        hbm_bytes += decode_kv + kv_token * prompt_tokens
     counts = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
     for tier_index, tier in enumerate(spec.tiers[1:], start=1):
         moved = float(result.tier_read_bytes[tier_index] + result.tier_write_bytes[tier_index])
@@ -111,15 +119,35 @@ def _route_bits(system: SystemConfig, endpoint: str | None, payload_bytes: float
     return out
 
 
+def draft_counts(draft: Workload, speculation: dict) -> dict[str, float]:
+    """The draft model's actions on the GPUs: each of its passes reads its weights from HBM, its tokens cost 2
+    FLOPs per weight element plus their attention pairs', and it reads its KV from HBM."""
+    work = gpu_work(draft.shape, draft.dtype, 1, draft.element_bytes)
+    shape = draft.shape
+    pairs = float(speculation["draft_attention_pairs"])
+    flops = (work.layer_flops * shape.num_layers + work.epilogue_flops) * speculation["draft_tokens"]
+    flops += 2.0 * shape.num_attention_heads * attention_constants(shape, draft.dtype)[3] * shape.num_layers * pairs
+    kv_bytes = kv_bytes_per_token(shape, draft.dtype) * float(speculation["draft_kv_tokens_read"])
+    hbm_bytes = float(work.weight_bytes) * speculation["draft_passes"] + kv_bytes
+    return {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
+
+
 def run_energy(system: SystemConfig, workload: Workload, result: ServingResult,
-               table: StepCostTable) -> dict[str, Any]:
-    """Joules per output token and per request, and the breakdown in mJ per output token."""
+               table: StepCostTable, draft: Workload | None = None) -> dict[str, Any]:
+    """Joules per output token and per request, and the breakdown in mJ per output token; `draft`: the
+    speculative draft model, whose work is priced as its own `draft.*` terms."""
     parts = energy_breakdown(run_counts(system, workload, result, table), system.energy)
+    if draft is not None and result.speculation is not None:
+        for name, pj in energy_breakdown(draft_counts(draft, result.speculation), system.energy).items():
+            parts[f"draft.{name}"] = pj
     if result.spec.tiers[result.spec.kv_home].compute == "pnm":
         _, decode_tokens, decode_pairs, _ = _token_sums(result, pooled=True if result.home_tier is not None else None)
         per_byte, per_token = table.pool_energy_coefficients()
+        # the pool's units read each decode token's context, a verification step's once for all its positions
+        sp = result.speculation
+        pool_kv = sp["kv_read_bytes"] if sp is not None else result.spec.kv_bytes_per_token * decode_pairs
         for name, pj in per_byte.items():
-            parts[name] = parts.get(name, 0.0) + pj * result.spec.kv_bytes_per_token * decode_pairs
+            parts[name] = parts.get(name, 0.0) + pj * pool_kv
         for name, pj in per_token.items():
             parts[name] = parts.get(name, 0.0) + pj * decode_tokens
     tokens = float(result.output_tokens[result.completed].sum())

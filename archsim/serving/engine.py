@@ -53,7 +53,7 @@ from archsim.serving.kvcache import LRUTier, TieredPrefixCache
 from archsim.serving.pool_l2 import PoolL2Sampler
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
-from archsim.serving.speculative import Speculation, draft_ns, emitted_tokens
+from archsim.serving.speculative import Speculation, draft_ns, draft_work, emitted_tokens
 from archsim.serving.transfers import LinkSharing, links_of_tiers
 from archsim.serving.utilization import Intervals, utilization_over_time
 from archsim.system.multi_token import QUERIES_MAX
@@ -310,6 +310,9 @@ class _Engine:
         self.verified_kv_read = 0.0                      # KV bytes the verification steps read (their contexts)
         self.verified_chunk_read = 0.0                   # ... those of more than one position (not decode entries)
         self.draft_ns = 0.0
+        self.draft_passes = self.draft_tokens = self.draft_pairs = 0  # what the draft computed (its energy)
+        self.draft_kv_tokens = 0
+        self.rejected_pairs = 0                          # attention pairs of the rejected positions
 
     def _init_instances(self) -> None:
         k = self.spec.instances
@@ -1048,6 +1051,11 @@ class _Engine:
             drafting = draft_ns(self.speculation, cached, news, ~prefill)
             compute_ns += drafting
             self.draft_ns += drafting
+            passes, tokens, pairs, kv = draft_work(self.speculation, cached, news, ~prefill)
+            self.draft_passes += passes
+            self.draft_tokens += tokens
+            self.draft_pairs += pairs
+            self.draft_kv_tokens += kv
             self.verified_kv_read += float(cached[~prefill].sum() * self.kvb)
             self.verified_chunk_read += float(cached[~prefill & (news > 1)].sum() * self.kvb)
         self.batch[i] = (ids, news, prefill)
@@ -1132,6 +1140,10 @@ class _Engine:
         self.verify_steps[decoded] += 1
         advanced = np.minimum(drawn, verified)
         self.rejected_tokens += int((verified - advanced).sum())
+        # positions advanced + 1 .. verified attended over the context and the positions before them
+        ctx = self.ctx[decoded]
+        self.rejected_pairs += int(((verified - advanced) * ctx + (verified * (verified + 1)
+                                                                   - advanced * (advanced + 1)) // 2).sum())
         return advanced
 
     def _prefill_done(self, i: int, r: int, t: float) -> None:
@@ -1318,7 +1330,9 @@ class _Engine:
                 "kv_read_bytes": self.verified_kv_read,
                 "kv_read_bytes_per_step": self.verified_kv_read / steps if steps else None,
                 "kv_read_bytes_per_token": self.verified_kv_read / emitted if emitted else None,
-                "draft_ms": self.draft_ns / 1e6}
+                "draft_ms": self.draft_ns / 1e6, "rejected_attention_pairs": self.rejected_pairs,
+                "draft_passes": self.draft_passes, "draft_tokens": self.draft_tokens,
+                "draft_attention_pairs": self.draft_pairs, "draft_kv_tokens_read": self.draft_kv_tokens}
 
     def _utilization(self) -> dict | None:
         busy = {name: self.links.busy_periods(name) for name in self.link_spec}

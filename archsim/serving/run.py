@@ -11,6 +11,7 @@ import numpy as np
 
 from archsim.errors import ArchsimError
 from archsim.interconnect import Flow, simulate_flows
+from archsim.kvlayout import kv_bytes_per_token
 from archsim.models import dtype_bytes
 from archsim.models.presets import load_preset
 from archsim.serving.build import cost_table, serving_spec, serving_workload
@@ -103,7 +104,8 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     slo = scenario.slo
     metrics = summarize(result, warmup_requests=warmup, ttft_target_ns=slo.ttft_ns if slo else None,
                         tpot_target_ns=slo.tpot_ns if slo else None)
-    metrics.update(run_energy(system, workload, result, cost))
+    metrics.update(run_energy(system, workload, result, cost,
+                              draft=speculation.draft_model if speculation is not None else None))
     metrics["tier_link_bytes"] = metrics.pop("link_bytes")
     metrics["link_bytes"] = hop_link_bytes(system, workload, result)
     if result.home_tier is not None:
@@ -172,12 +174,28 @@ def speculation_for(system: SystemConfig, scenario: Scenario, spec: ServingSpec,
     preset = load_preset(sp.draft)
     draft = serving_workload(system, preset.shape(), preset.dtype, spec.max_context_tokens, scenario.name)
     weights = gpu_work(draft.shape, draft.dtype, 1, dtype_bytes(draft.dtype)).weight_bytes
-    hbm = spec.tiers[0]
-    tiers = (replace(hbm, capacity_bytes=max(0, hbm.capacity_bytes - weights)), *spec.tiers[1:])
-    spec = replace(spec, tiers=tiers)
+    spec = replace(spec, tiers=tiers_with_draft(spec, weights, kv_bytes_per_token(draft.shape, draft.dtype)))
     on_gpu = replace(system, kv_location="gpu", attention="gpu")
     draft_cost = StepCostTable(on_gpu, draft, spec.max_batch_seqs, spec.max_context_tokens, decode_from_hbm=True)
-    return spec, Speculation(sp.k, sp.acceptance, seed, draft_cost)
+    return spec, Speculation(sp.k, sp.acceptance, seed, draft_cost, draft)
+
+
+def tiers_with_draft(spec: ServingSpec, weight_bytes: float, draft_kv_bytes_per_token: int) -> tuple:
+    """The KV tiers once the draft is on the instance's GPUs: its weights come out of HBM's KV room, and every
+    token a sequence holds also has the draft's KV in HBM. With the KV home in HBM a held token costs both
+    (the room's share for the target's KV scales by target / (target + draft) bytes per token); with it in a
+    PNM pool the draft's KV of the pooled tokens must fit in HBM's room, so the pool holds no more tokens than
+    that room has for the draft (the bound applies to every pooled block, cached ones too: conservative)."""
+    hbm, kvb = spec.tiers[0], spec.kv_bytes_per_token
+    room = max(0, hbm.capacity_bytes - int(weight_bytes))
+    if spec.kv_home == 0:
+        return (replace(hbm, capacity_bytes=room * kvb // (kvb + draft_kv_bytes_per_token)), *spec.tiers[1:])
+    tiers = list(spec.tiers)
+    tiers[0] = replace(hbm, capacity_bytes=room)
+    home = tiers[spec.kv_home]
+    draft_tokens = room // draft_kv_bytes_per_token * spec.instances
+    tiers[spec.kv_home] = replace(home, capacity_bytes=min(home.capacity_bytes, draft_tokens * kvb))
+    return tuple(tiers)
 
 
 def placement_summary(result: ServingResult) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from archsim.serving.requests import mix, splitmix64
 from archsim.serving.spec import IterationCost
+from archsim.system.workload import Workload
 
 _STEP_TAG = np.uint64(0x5BEC0DE5A11CE5ED)  # keeps these draws apart from every other hash of the package
 
@@ -34,6 +35,7 @@ class Speculation:
     acceptance: float
     seed: int
     draft: IterationCost
+    draft_model: Workload | None = None  # the draft's shape and dtype (its energy)
 
     def expected_tokens(self) -> float:
         return expected_tokens(self.k, self.acceptance)
@@ -73,3 +75,22 @@ def draft_ns(speculation: Speculation, cached: np.ndarray, new: np.ndarray, veri
     ones = np.ones(len(ctx), dtype=np.int64)
     first = draft.iteration_ns(np.concatenate([ctx, cached[~verifying]]), np.concatenate([ones, new[~verifying]]))
     return float(first) + sum(float(draft.iteration_ns(ctx + j, ones)) for j in range(1, steps))
+
+
+def draft_work(speculation: Speculation, cached: np.ndarray, new: np.ndarray,
+               verifying: np.ndarray) -> tuple[int, int, int, int]:
+    """What the draft's part of an iteration computes (as `draft_ns` runs it), for its energy: (passes over its
+    weights, tokens it computes, their attention (query, key) pairs, KV tokens it reads: a decode step its
+    context, a prefill chunk its context once, as flash attention does)."""
+    ctx = cached[verifying]
+    steps = int(new[verifying].max()) - 1 if len(ctx) else 0
+    chunks = ~verifying
+    c, m = cached[chunks], new[chunks]
+    chunk_tokens, chunk_pairs, chunk_kv = int(m.sum()), int((m * c + m * (m + 1) // 2).sum()), int((c + m).sum())
+    if steps <= 0:
+        return (1 if chunks.any() else 0), chunk_tokens, chunk_pairs, chunk_kv
+    n = len(ctx)
+    # step j (0 .. steps - 1) runs each verifying sequence's token j over its context and the j drafted before
+    pairs = steps * int(ctx.sum()) + n * steps * (steps + 1) // 2
+    kv = steps * int(ctx.sum()) + n * steps * (steps - 1) // 2
+    return steps, steps * n + chunk_tokens, pairs + chunk_pairs, kv + chunk_kv
