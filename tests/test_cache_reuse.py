@@ -137,6 +137,26 @@ def test_the_pool_l2_sees_branches_share_a_prefix():
     assert cold.summary()["kv_hit_rate"] == 0.0
 
 
+def test_the_pool_l2_starts_warm_only_when_an_iteration_fits():
+    """A stream re-reads its 10 blocks every iteration. Sampled warm, every line hits (the previous iteration's
+    80 layers of 20 lines fit the 1 MiB slice's 8,192 lines); with 500 blocks (80,000 lines an iteration) they do
+    not, and the sample starts cold: every line misses."""
+    small = np.arange(10, dtype=np.uint64)
+    fits = _pool_sampler(1 << 20, ways=8)
+    fits.stride = 2
+    for _ in range(3):
+        fits.iteration([small])  # sampled: the 1st (cold, no previous) and the 3rd (warm)
+    s = fits.summary()
+    assert s["sampled_iterations"] == 2 and s["warm_samples"] == 1 and s["kv_hit_rate"] == pytest.approx(0.5)
+    big = np.arange(500, dtype=np.uint64)
+    spills = _pool_sampler(1 << 20, ways=8)
+    spills.stride = 2
+    for _ in range(3):
+        spills.iteration([big])
+    s = spills.summary()
+    assert s["warm_samples"] == 0 and s["kv_hit_rate"] == 0.0
+
+
 def test_the_pool_l2_samples_one_host_reading_iteration_in_sixteen():
     sampler = _pool_sampler(1 << 20, ways=8)
     for _ in range(40):

@@ -14,10 +14,12 @@ of a block puts `lines_per_block` lines on each channel (the host interleave spr
 spaced so that every fill returns before the next access: the hit rate is the replacement state's, not an MSHR
 race.
 
-Each sample starts cold: between one iteration's layer and the next iteration's same layer the pool serves
-every other layer's reads (`layers` x the sample's bytes), which is reported beside the hit rate, so a reader
-sees when a warm start could have mattered. Sampling: every `stride`-th iteration that reads the pool through
-its host port, at most `max_samples`, so the cost is bounded on any run.
+A sample starts warm when the previous iteration's reads of every layer fit the slice: those reads (each layer
+its own lines) run through the cache first, so blocks re-read every iteration (a stream) hit across iterations.
+When they do not fit, the pool serves more than the L2 holds between one iteration's layer and the next
+iteration's same layer, LRU keeps none of it, and the sample starts cold. Sampling: every `stride`-th iteration
+that reads the pool through its host port, at most `max_samples`, so the cost is bounded on any run (a warm
+start adds at most the slice's lines).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from archsim.cache.l2 import L2Config, simulate_l2
+from archsim.cache.l2 import HIT, L2Config, simulate_l2
 
 
 @dataclass
@@ -41,7 +43,9 @@ class PoolL2Sampler:
     reads: int = 0                # host-path line reads sampled (one channel, one layer)
     hits: int = 0
     _seen: int = 0                # iterations that read the pool through its host port
+    warm_samples: int = 0         # samples that started after the previous iteration's reads (they fit)
     _pending: list[np.ndarray] = field(default_factory=list)
+    _previous: list[np.ndarray] | None = None  # the previous host-reading iteration's blocks
     _iteration_bytes: list[float] = field(default_factory=list)
 
     @classmethod
@@ -64,26 +68,43 @@ class PoolL2Sampler:
         blocks = [*self._pending, *(np.asarray(k, dtype=np.uint64) for k in streamed if len(k))]
         self._pending = []
         if not blocks or self.samples >= self.max_samples:
+            self._previous = None
             return
         due = self._seen % self.stride == 0
         self._seen += 1
         if due:
-            self._simulate(np.concatenate(blocks))
+            self._simulate(np.concatenate(blocks), self._previous)
+        self._previous = blocks
 
-    def _simulate(self, keys: np.ndarray) -> None:
-        cfg = self.slice_config
-        with np.errstate(over="ignore"):  # a block's home lines: a hash of its key, then its consecutive lines
-            base = (keys * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(24)
+    def _lines(self, keys: np.ndarray, layer: int) -> np.ndarray:
+        """Line addresses of one layer of `keys`' blocks on the slice: a hash of (key, layer), then the block's
+        consecutive lines."""
+        with np.errstate(over="ignore"):
+            salted = keys ^ (np.uint64(layer) * np.uint64(0xD6E8FEB86659FD93))
+            base = (salted * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(24)
             lines = (base[:, None] * np.uint64(self.lines_per_block)
                      + np.arange(self.lines_per_block, dtype=np.uint64)[None, :]).reshape(-1)
-        address = lines << np.uint64(cfg.line_size_bytes.bit_length() - 1)
+        return lines << np.uint64(self.slice_config.line_size_bytes.bit_length() - 1)
+
+    def _simulate(self, keys: np.ndarray, previous: list[np.ndarray] | None) -> None:
+        """Layer 0 of this iteration's reads, after the previous iteration's reads of every layer when they fit
+        the slice (else LRU keeps none of them to this layer: the sample starts cold)."""
+        cfg = self.slice_config
+        now = self._lines(keys, 0)
+        warm = np.zeros(0, dtype=np.uint64)
+        if previous is not None:
+            before = np.concatenate(previous)
+            if len(before) * self.lines_per_block * self.layers * cfg.line_size_bytes < cfg.capacity_bytes:
+                warm = np.concatenate([self._lines(before, layer) for layer in range(self.layers)])
+                self.warm_samples += 1
+        address = np.concatenate([warm, now])
         spacing = cfg.hit_latency_cycles + 2  # the fill (1 cycle) returns before the next access issues
         res = simulate_l2(cfg, address, kind=np.ones(len(address), dtype=np.uint8),
                           arrival_cycle=np.arange(len(address), dtype=np.int64) * spacing, memory_latency_cycles=1)
         self.samples += 1
-        self.reads += len(address)
-        self.hits += res.count("hits")
-        self._iteration_bytes.append(float(len(address) * cfg.line_size_bytes * self.channels * self.layers))
+        self.reads += len(now)
+        self.hits += int(np.count_nonzero(res.outcome[len(warm):] == HIT))
+        self._iteration_bytes.append(float(len(now) * cfg.line_size_bytes * self.channels * self.layers))
 
     def summary(self) -> dict[str, object]:
         seen = np.array(self._iteration_bytes) if self._iteration_bytes else np.zeros(1)
@@ -91,5 +112,6 @@ class PoolL2Sampler:
         return {"capacity_bytes": cfg.capacity_bytes * self.channels, "slice_bytes": cfg.capacity_bytes,
                 "line_bytes": cfg.line_size_bytes, "ways": cfg.ways, "policy": cfg.replacement,
                 "lines_per_block_per_channel": self.lines_per_block, "sampled_iterations": self.samples,
+                "warm_samples": self.warm_samples,
                 "kv_line_reads": self.reads, "kv_hit_rate": self.hits / self.reads if self.reads else None,
                 "iteration_read_bytes": {"p50": float(np.percentile(seen, 50)), "max": float(seen.max())}}

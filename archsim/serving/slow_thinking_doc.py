@@ -126,6 +126,54 @@ def _why(trends: dict[str, list[dict[str, Any]]]) -> str:
             f"{capacity / h['token'] / 1e3:.0f}K tokens at {h['token']:.0f} B per token and layer on a GPU) would.")
 
 
+POOL_SYSTEM = "g25-nopnm"
+POOL_L2_MiB = (16, 64, 256)  # per pool device: a sweep, since no shipped pool has an L2 to cite
+POOL_L2 = "{{capacity: {}MiB, line_size: 128B, ways: 16, replacement: lru, hit_latency_cycles: 20, mshrs: 64}}"
+POOL_KNOBS: tuple[tuple[str, Sequence[object]], ...] = (
+    ("scenario.tree.width", (1, 2, 4, 8)),
+    ("scenario.tree.backtrack", (0.0, 0.3, 0.9)),
+    ("scenario.input.value", (70, 4096)),
+)
+
+
+def pool_l2_section() -> list[str]:
+    """The pool's host-path L2 under tree search, when the GPUs stream their KV from a pool without PNM."""
+    sizes = " / ".join(f"{m}" for m in POOL_L2_MiB)
+    lines = [f"The pool's L2 on its host path: `{POOL_SYSTEM}` re-reading every sequence's KV from the pool each "
+             f"iteration (`kv.decode: stream`), `tree-search` as above ({TREE_REQUESTS} requests), an L2 of "
+             f"{sizes} MiB per pool device (8 devices; 128 B lines, 16 ways, LRU: assumptions of the sweep, no "
+             "shipped pool has one), its sampled KV hit rate (archsim/serving/pool_l2.py):", "",
+             f"| knob | pool L2 KV hits at {sizes} MiB per device | KV GB an iteration reads (p50) | TPOT ms |",
+             "|---|---|---|---|"]
+    flat, warm = True, []
+    for knob, values in POOL_KNOBS:
+        for value in values:
+            rates, metrics = [], {}
+            for mib in POOL_L2_MiB:
+                loaded = load_scenario("tree-search", [f"{knob}={value}"])
+                system = load_system_config(POOL_SYSTEM, [f"system.pool.l2={POOL_L2.format(mib)}",
+                                                          "system.kv.decode=stream"])
+                run = run_system(system, loaded, requests_source(loaded, TREE_REQUESTS, None, 0), warmup=0)
+                metrics = run.metrics or {}
+                rates.append(metrics["cache_reuse"]["pool_l2"]["kv_hit_rate"])
+            pool = metrics["cache_reuse"]["pool_l2"]
+            flat = flat and len(set(rates)) == 1
+            name = f"{knob.removeprefix('scenario.')}={value}"
+            if pool["warm_samples"]:
+                warm.append(f"`{name}` ({pool['warm_samples']} of {pool['sampled_iterations']})")
+            lines.append(f"| `{name}` | {' / '.join(_pct(r) for r in rates)} | "
+                         f"{pool['iteration_read_bytes']['p50'] / 1e9:.1f} | {metrics['tpot_ms']['mean']:.2f} |")
+    lines += ["", "A branch's reads of its ancestors' blocks hit where a sibling read them earlier in the same layer "
+              "of the iteration; a path of its own (width 1) shares nothing. "
+              + ("The rate is the same at every size: one layer's reads of an iteration fit the smallest slice, so "
+                 "every miss is a block's first read in the layer. " if flat else "")
+              + "A sample starts warm when the previous iteration's reads of every layer fit the L2 (so a stream's "
+              "blocks can hit from one iteration to the next): "
+              + (f"at {POOL_L2_MiB[-1]} MiB, {', '.join(warm)} of the sampled iterations did." if warm else
+                 "no run had one; every iteration reads more than the largest L2, so none survives to the next.")]
+    return lines
+
+
 def speculative_section() -> list[str]:
     lines = ["Speculative decoding (`speculative`: 15,325-token prompts, 149-token answers, Llama-3.2-1B drafting "
              f"for Llama-3.1-70B, 8 users, {SPEC_REQUESTS} requests); KV read per emitted token against the "

@@ -226,7 +226,7 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
     # the serving layer sits above the system model: imported here, so `system` does not import `serving`
     from archsim.serving.results_doc import fabric_rows, serving_reading
     from archsim.serving.results_doc import rows as serving_rows
-    from archsim.serving.slow_thinking_doc import speculative_section, tree_section
+    from archsim.serving.slow_thinking_doc import pool_l2_section, speculative_section, tree_section
 
     contexts = workload.contexts
     lines = [
@@ -294,6 +294,8 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         "## Slow thinking: tree search, speculative decoding and the caches",
         "",
         *tree_section(),
+        "",
+        *pool_l2_section(),
         "",
         *speculative_section(),
         "",
