@@ -174,12 +174,19 @@ def pool_l2_section() -> list[str]:
     return lines
 
 
+def _draft_share(metrics: dict[str, Any]) -> str:
+    parts = metrics["energy_breakdown_mJ_per_token"]
+    draft = sum(v for k, v in parts.items() if k.startswith("draft."))
+    return _pct(draft / sum(parts.values()))
+
+
 def speculative_section() -> list[str]:
     lines = ["Speculative decoding (`speculative`: 15,325-token prompts, 149-token answers, Llama-3.2-1B drafting "
              f"for Llama-3.1-70B, 8 users, {SPEC_REQUESTS} requests); KV read per emitted token against the "
              "verification step's KV over E[tokens] = (1 - a^(k+1)) / (1 - a):", "",
              "| acceptance a | draft k | tokens per step (E) | KV MB per token (step / E) | TPOT ms GPU | "
-             "TPOT ms PNM | rejected KV MB |", "|---|---|---|---|---|---|---|"]
+             "TPOT ms PNM | rejected KV MB | J per token GPU / PNM (draft's share) |",
+             "|---|---|---|---|---|---|---|---|"]
     slower = []
     for a, k in SPEC_GRID:
         runs = _serve("speculative", [f"scenario.speculative.acceptance={a}", f"scenario.speculative.k={k}"],
@@ -191,7 +198,8 @@ def speculative_section() -> list[str]:
         lines.append(f"| {a} | {k} | {sp['tokens_per_step']:.2f} ({expected_tokens(k, a):.2f}) | "
                      f"{sp['kv_read_bytes_per_token'] / 1e6:.0f} ({analytic_MB:.0f}) | "
                      f"{gpu['tpot_ms']['mean']:.2f} | {pnm['tpot_ms']['mean']:.2f} | "
-                     f"{sp['rejected_kv_bytes'] / 1e6:.0f} |")
+                     f"{sp['rejected_kv_bytes'] / 1e6:.0f} | {gpu['energy_J_per_token']:.2f} / "
+                     f"{pnm['energy_J_per_token']:.2f} ({_draft_share(gpu)}) |")
     lines += ["", f"PNM attention is slower than GPU attention in {sum(slower)} of {len(slower)} rows: a verification "
               "step's k + 1 query tokens times the query heads per KV head make the pool units' MAC array, not their "
               "DRAM, the bound (docs/pnm.md, the multi-token table), while the GPUs verify from HBM at their own "
