@@ -3,6 +3,7 @@ keys, one copy of the shared blocks however many branches hold them, and bad sce
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,9 @@ def test_the_scenario_reads_every_kind():
     ({"tree": {"parents": [-1, 2, 0], "source": "t"}}, "tree.parents", "not a tree"),
     ({"tree": {"parents": [-1, 0, -1], "source": "t"}}, "tree.parents", "one root"),
     ({"tree": {"parents": [-1], "depth": 2, "source": "t"}}, "tree.depth", "drop depth"),
+    ({"tree": {"width": 2, "depth": 3, "eval_tokens": 8, "verifier": "no-such-model", "source": "t"}},
+     "tree.verifier", "no-such-model"),
+    ({"tree": {"width": 2, "depth": 3, "verifier": "llama-3.2-1b", "source": "t"}}, "tree.verifier", "eval_tokens"),
     ({"samples": {"n": 0, "source": "t"}}, "samples.n", "positive integer"),
     ({"beam": {"width": -2, "segment_tokens": 16, "source": "t"}}, "beam.width", "positive integer"),
     ({"beam": {"width": 2, "segment_tokens": 0, "source": "t"}}, "beam.segment_tokens", "positive integer"),
@@ -191,3 +195,46 @@ def test_groups_follow_where_sharers_part():
     prefixes, privates = engine._shared_groups(np.arange(4), np.ones(4, dtype=bool))
     assert sorted(prefixes.tolist()) == [41 * 16, 41 * 16]
     assert [len(p) for p in privates] == [2, 2] and all((p == 9 * 16).all() for p in privates)
+
+
+def _tree_search(tmp_path: Path, *sets: str, system: str = "gpu-hbm") -> dict:
+    out = tmp_path / f"tree-{abs(hash(sets)) % 10**8}.json"
+    args = ["serve", system, "--scenario", "tree-search", "--requests", "200", "--quiet", "--json", str(out)]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_bytes())
+
+
+def test_the_verifier_defaults_to_the_scenario_model(tmp_path):
+    """Naming the scenario's own model as the verifier is the default: the same bytes."""
+    assert _tree_search(tmp_path) == _tree_search(tmp_path, "scenario.tree.verifier=llama-3.1-70b")
+
+
+def test_a_verifier_of_its_own_holds_its_own_kv_and_is_priced_as_itself(tmp_path):
+    """A 1B verifier for the 70B target: the evaluations no longer find the target's KV of their node (their
+    content is the verifier's), only what sibling evaluations of the same path computed, so they prefill more
+    tokens, but on a model 70x smaller: evaluations get faster (TTFT over all rows), the target computes fewer
+    tokens, and the verifier's weights and FLOPs are their own energy terms."""
+    own = _tree_search(tmp_path)["results"][0]
+    small = _tree_search(tmp_path, "scenario.tree.verifier=llama-3.2-1b")["results"][0]
+    from archsim.serving.run import requests_source
+    from archsim.serving.scenario import load_scenario
+
+    table = requests_source(load_scenario("tree-search", ["scenario.tree.verifier=llama-3.2-1b"]), 200, None,
+                            0)(16)
+    evaluations = np.flatnonzero(table.verifier)
+    targets = np.flatnonzero(~table.verifier)
+    # no verifier block is a target block; siblings' evaluations share their path's blocks
+    target_keys = set(np.concatenate([table.keys(int(r)) for r in targets]).tolist())
+    eval_keys = [table.keys(int(r)) for r in evaluations]
+    assert not target_keys & set(np.concatenate(eval_keys).tolist())
+    assert len(set(np.concatenate(eval_keys).tolist())) < sum(len(k) for k in eval_keys)
+    v = small["verifier"]
+    assert v["model"] == "llama-3.2-1b" and v["evaluations"] == len(evaluations)
+    assert 1 <= v["passes"] <= len(evaluations)
+    assert small["ttft_ms"]["mean"] < own["ttft_ms"]["mean"]
+    parts, plain = small["energy_breakdown_mJ_per_token"], own["energy_breakdown_mJ_per_token"]
+    assert parts["gpu.flop"] < plain["gpu.flop"] and parts["verifier.gpu.flop"] > 0
+    assert "verifier" not in own and not any(k.startswith("verifier.") for k in plain)

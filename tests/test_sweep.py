@@ -429,3 +429,18 @@ def test_replicas_are_their_mean_and_95_percent_interval():
     assert float(rows[0]["ttft_ms.p99.ci95"]) == pytest.approx(4.303 * 1.0 / math.sqrt(3.0))
     assert (rows[1]["replicas"], float(rows[1]["ttft_ms.p99.mean"])) == ("2", 3.5)  # the failed replica left out
     assert replicas_text(("rate",), points[:1], flats[:1], statuses[:1]) is None
+
+
+def test_a_serve_objective_may_read_a_key_only_some_scenarios_have(tmp_path):
+    """speculative.* and verifier.* exist only for such scenarios: a spec may still optimize them."""
+    spec = {"sweep": {"name": "spec", "command": "serve",
+                      "inputs": {"systems": ["gpu-hbm"], "scenario": "speculative", "requests": 4},
+                      "axes": {"scenario.speculative.k": [2, 4]},
+                      "objectives": [{"key": "speculative.tokens_per_step", "goal": "maximize",
+                                      "select": {"system": "gpu-hbm"}}]}}
+    assert load_spec(_write(tmp_path / "s.yaml", spec)).objectives[0].key == "speculative.tokens_per_step"
+    spec["sweep"]["objectives"][0]["key"] = "speculation.tokens_per_step"
+    from archsim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="speculation"):
+        load_spec(_write(tmp_path / "t.yaml", spec))

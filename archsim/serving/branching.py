@@ -13,7 +13,8 @@ complete. Shapes (`Branching.kind`):
   pruned and their blocks freed) -- a neutral model of the genealogy of the top-W selection (an assumption);
 * tree: a node is a reasoning step of `output` tokens. From the root (the prompt's first step) the search expands
   the current node into `width` children, evaluates each (a row of `eval_tokens` prompt tokens after the child,
-  one output token: the verifier's prefill over the child, by default the same model) and moves to a child drawn
+  one output token: the verifier's prefill over the child, by default the same model; `verifier` names another,
+  whose KV of the path is its own, shared by the evaluations only) and moves to a child drawn
   uniformly, or with probability `backtrack` to an unexpanded sibling of the current node, whose KV is older,
   until it is `depth` steps deep. `parents` gives the tree instead: node i continues node parents[i] (-1: the
   prompt; parents listed first), every node but the root evaluated. An expansion waits for the evaluation of
@@ -39,6 +40,7 @@ class Branching:
     backtrack: float = 0.0  # tree: probability of moving to an unexpanded sibling instead of a child
     eval_tokens: int = 0  # tree: the verifier's prompt tokens after a node (0: no evaluation)
     parents: tuple[int, ...] | None = None  # tree: the tree itself, instead of depth / width / backtrack
+    verifier: str | None = None  # tree: the evaluations' model, a preset (None: the scenario's own model)
 
 
 @dataclass
@@ -50,18 +52,20 @@ class Program:
     after: list[int]
     user: list[int]
     output: list[int]
+    evaluation: list[bool]  # the row is a tree node's evaluation (the verifier's pass)
 
-    def add(self, parent: int, user: int, output: int, after: int | None = None) -> int:
+    def add(self, parent: int, user: int, output: int, after: int | None = None, evaluation: bool = False) -> int:
         self.parent.append(parent)
         self.after.append(parent if after is None else after)
         self.user.append(user)
         self.output.append(output)
+        self.evaluation.append(evaluation)
         return len(self.parent) - 1
 
 
 def program(b: Branching, prompt_tokens: int, output_tokens: int, rng: np.random.Generator) -> Program:
     """The rows of one program with a `prompt_tokens` prompt and `output_tokens` per answer (tree: per step)."""
-    p = Program([], [], [], [])
+    p = Program([], [], [], [], [])
     if b.kind == "samples":
         root = p.add(-1, prompt_tokens, 1)
         for _ in range(b.samples):
@@ -90,7 +94,7 @@ def _explicit_tree(p: Program, b: Branching, prompt_tokens: int, step_tokens: in
             continue
         rows.append(p.add(rows[parent], 0, step_tokens))
         if b.eval_tokens:
-            p.add(rows[-1], b.eval_tokens, 1)
+            p.add(rows[-1], b.eval_tokens, 1, evaluation=True)
 
 
 def _searched_tree(p: Program, b: Branching, prompt_tokens: int, step_tokens: int, rng: np.random.Generator) -> None:
@@ -106,7 +110,7 @@ def _searched_tree(p: Program, b: Branching, prompt_tokens: int, step_tokens: in
             kid = p.add(current, 0, step_tokens, after=scored[current])
             depth[kid], parent_of[kid] = depth[current] + 1, current
             kids.append(kid)
-            scored[kid] = p.add(kid, b.eval_tokens, 1) if b.eval_tokens else kid
+            scored[kid] = p.add(kid, b.eval_tokens, 1, evaluation=True) if b.eval_tokens else kid
         expanded[current] = kids
         up = parent_of.get(current)
         siblings = [n for n in expanded.get(up, []) if n not in expanded] if up is not None else []

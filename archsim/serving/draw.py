@@ -18,6 +18,7 @@ from archsim.serving.scenario import Arrivals, LengthDist, Scenario
 
 # content-id tags of prompt segments (requests.py chains them into block keys)
 PREFIX, USER, ANSWER = 1, 2, 3
+VERIFIER = np.uint64(0x7E81F1E5C0DE0001)  # salts the content a tree's own verifier model holds KV of
 _STREAMS = ("arrivals", "turns", "input", "new_tokens", "output", "prefix", "think", "reasoning", "programs")
 
 
@@ -174,6 +175,7 @@ def _build_programs(scn: Scenario, n_requests: int | None, duration_ns: float | 
         return np.concatenate(parts).astype(np.int64)
 
     parent, after, user, output = flat("parent"), flat("after"), flat("user"), flat("output")
+    verifier = flat("evaluation").astype(bool) if scn.branching.verifier is not None else None
     parent = np.where(parent >= 0, parent + base, -1)
     prev = np.where(after >= 0, after + base, -1)
     turn = np.zeros(shape.n, dtype=np.int32)
@@ -186,9 +188,11 @@ def _build_programs(scn: Scenario, n_requests: int | None, duration_ns: float | 
     _close_the_loop(scn, shape, prev, think, rng)
     seg_offsets, ids, lens = _tree_segments(shape.session, parent, prefix_group, user, output,
                                             scn.prefix.tokens if scn.prefix else 0)
+    if verifier is not None:  # the verifier's KV of a path is its own: the evaluations share it, nothing else
+        ids = np.where(np.repeat(verifier, np.diff(seg_offsets)), mix(ids, VERIFIER), ids)
     return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
                                       turn=turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
-                                      seg_tokens=lens, block_tokens=block_tokens)
+                                      seg_tokens=lens, block_tokens=block_tokens, verifier=verifier)
 
 
 def _prefix_groups(scn: Scenario, sessions: int, rng: dict[str, np.random.Generator]) -> np.ndarray:
@@ -312,4 +316,5 @@ def head(table: RequestTable, n: int) -> RequestTable:
     return RequestTable(table.arrival_ns[:n].copy(), table.prev[:n].copy(), table.think_ns[:n].copy(),
                         table.session[:n].copy(), table.turn[:n].copy(), table.input_tokens[:n].copy(),
                         table.output_tokens[:n].copy(), table.block_offsets[: n + 1].copy(),
-                        table.block_keys[:end].copy(), table.block_tokens)
+                        table.block_keys[:end].copy(), table.block_tokens,
+                        None if table.verifier is None else table.verifier[:n].copy())

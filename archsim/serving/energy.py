@@ -33,10 +33,12 @@ from archsim.system.workload import Workload
 DEVICE_ACTION = {"host_dram": ("host_dram.bit", 8.0), "nvme": ("nvme.byte", 1.0), "rdma": ("host_dram.bit", 8.0)}
 
 
-def _token_sums(result: ServingResult, pooled: bool | None = None) -> tuple[float, float, float, float]:
-    """(prefill tokens, decode tokens, decode attention pairs, prefill attention pairs) over the run; `pooled`:
-    only the requests whose KV ended in the PNM tier (True) or in HBM (False) -- placement auto."""
-    done = result.completed
+def _token_sums(result: ServingResult, pooled: bool | None = None,
+                verifier: bool = False) -> tuple[float, float, float, float]:
+    """(prefill tokens, decode tokens, decode attention pairs, prefill attention pairs) over the run's target
+    rows (`verifier`: over the rows a tree's own verifier model ran instead); `pooled`: only the requests whose
+    KV ended in the PNM tier (True) or in HBM (False) -- placement auto."""
+    done = _rows(result, verifier)
     if pooled is not None and result.home_tier is not None:
         done = done & ((result.home_tier > 0) == pooled)
     spec = result.spec
@@ -72,7 +74,7 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     per_pair_flops = 2.0 * heads * macs_per_pair  # scores + weighted sum, per layer
     flops = (work.layer_flops * layers + work.epilogue_flops) * (prefill_tokens + decode_tokens)
     flops += per_pair_flops * layers * (prefill_pairs + (0.0 if pnm_home else decode_pairs))
-    hbm_bytes = float(work.weight_bytes) * result.iterations
+    hbm_bytes = float(work.weight_bytes) * (result.iterations - result.verifier_only_passes)
     sp = result.speculation
     if sp is not None:  # the rejected positions were computed too: their weights' FLOPs and attention pairs
         flops += (work.layer_flops * layers + work.epilogue_flops) * sp["rejected_tokens"]
@@ -81,7 +83,7 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     if not pnm_home:  # attention reads the KV from HBM: each decode token its whole context, a prefill
         # (flash attention, one pass over the KV per query tile) its prompt's KV about once; a verification
         # step reads its context once for all the positions it verifies
-        prompt_tokens = float(result.input_tokens[result.completed].sum())
+        prompt_tokens = float(result.input_tokens[_rows(result, False)].sum())
         decode_kv = sp["kv_read_bytes"] if sp is not None else kv_token * decode_pairs
         hbm_bytes += decode_kv + kv_token * prompt_tokens
     counts = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
@@ -119,27 +121,44 @@ def _route_bits(system: SystemConfig, endpoint: str | None, payload_bytes: float
     return out
 
 
-def draft_counts(draft: Workload, speculation: dict) -> dict[str, float]:
-    """The draft model's actions on the GPUs: each of its passes reads its weights from HBM, its tokens cost 2
-    FLOPs per weight element plus their attention pairs', and it reads its KV from HBM."""
-    work = gpu_work(draft.shape, draft.dtype, 1, draft.element_bytes)
-    shape = draft.shape
-    pairs = float(speculation["draft_attention_pairs"])
-    flops = (work.layer_flops * shape.num_layers + work.epilogue_flops) * speculation["draft_tokens"]
-    flops += 2.0 * shape.num_attention_heads * attention_constants(shape, draft.dtype)[3] * shape.num_layers * pairs
-    kv_bytes = kv_bytes_per_token(shape, draft.dtype) * float(speculation["draft_kv_tokens_read"])
-    hbm_bytes = float(work.weight_bytes) * speculation["draft_passes"] + kv_bytes
+def _rows(result: ServingResult, verifier: bool) -> np.ndarray:
+    """Completed rows of the target model (or of a tree's own verifier model)."""
+    if result.verifier_rows is None:
+        return result.completed if not verifier else np.zeros_like(result.completed)
+    return result.completed & (result.verifier_rows == verifier)
+
+
+def model_counts(model: Workload, passes: float, tokens: float, pairs: float, kv_tokens: float) -> dict[str, float]:
+    """A side model's actions on the GPUs (a speculative draft, a tree's verifier): each of its `passes` reads
+    its weights from HBM, its `tokens` cost 2 FLOPs per weight element plus their attention `pairs`', and it
+    reads `kv_tokens` of its own KV from HBM."""
+    work = gpu_work(model.shape, model.dtype, 1, model.element_bytes)
+    shape = model.shape
+    flops = (work.layer_flops * shape.num_layers + work.epilogue_flops) * tokens
+    flops += 2.0 * shape.num_attention_heads * attention_constants(shape, model.dtype)[3] * shape.num_layers * pairs
+    hbm_bytes = float(work.weight_bytes) * passes + kv_bytes_per_token(shape, model.dtype) * kv_tokens
     return {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
 
 
 def run_energy(system: SystemConfig, workload: Workload, result: ServingResult,
-               table: StepCostTable, draft: Workload | None = None) -> dict[str, Any]:
+               table: StepCostTable, draft: Workload | None = None,
+               verifier: Workload | None = None) -> dict[str, Any]:
     """Joules per output token and per request, and the breakdown in mJ per output token; `draft`: the
-    speculative draft model, whose work is priced as its own `draft.*` terms."""
+    speculative draft model, `verifier`: a tree's own verifier model, each priced as its own `draft.*` /
+    `verifier.*` terms."""
     parts = energy_breakdown(run_counts(system, workload, result, table), system.energy)
-    if draft is not None and result.speculation is not None:
-        for name, pj in energy_breakdown(draft_counts(draft, result.speculation), system.energy).items():
-            parts[f"draft.{name}"] = pj
+    sides: list[tuple[str, dict[str, float]]] = []
+    sp = result.speculation
+    if draft is not None and sp is not None:
+        sides.append(("draft", model_counts(draft, sp["draft_passes"], sp["draft_tokens"],
+                                            sp["draft_attention_pairs"], sp["draft_kv_tokens_read"])))
+    if verifier is not None:
+        tokens, _, _, pairs = _token_sums(result, verifier=True)
+        prompts = float(result.input_tokens[_rows(result, True)].sum())  # a prefill reads its KV about once
+        sides.append(("verifier", model_counts(verifier, result.verifier_passes, tokens, pairs, prompts)))
+    for side, counts in sides:
+        for name, pj in energy_breakdown(counts, system.energy).items():
+            parts[f"{side}.{name}"] = pj
     if result.spec.tiers[result.spec.kv_home].compute == "pnm":
         _, decode_tokens, decode_pairs, _ = _token_sums(result, pooled=True if result.home_tier is not None else None)
         per_byte, per_token = table.pool_energy_coefficients()

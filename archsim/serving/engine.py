@@ -110,6 +110,9 @@ class ServingResult:
     speculation: dict | None = None      # draft and verify: steps, tokens, rejected KV (serving.speculative)
     gpu_l2: dict | None = None           # the GPU attention's sampled L2 reuse (archsim.serving.gpu_l2)
     pool_l2: dict | None = None          # the pool's host-path L2, sampled (archsim.serving.pool_l2)
+    verifier_passes: int = 0             # iterations that ran a tree's own verifier model (its weights read)
+    verifier_only_passes: int = 0        # ... and nothing of the target's (whose weights stay unread)
+    verifier_rows: np.ndarray | None = None  # bool[n]: the rows that model ran (RequestTable.verifier)
     pool_decode_tokens: tuple[int, int] = (0, 0)  # KV tokens the pool's decode attention read, and fetched
     kv_fetched_bytes: float = 0.0        # KV decode and verification attention fetched from the KV's memory
 
@@ -121,19 +124,24 @@ class ServingResult:
 
 def simulate(table: RequestTable, spec: ServingSpec, cost: IterationCost, record: bool = False,
              placer: object | None = None, speculation: Speculation | None = None,
-             l2: GpuL2Sampler | None = None, pool_l2: PoolL2Sampler | None = None) -> ServingResult:
+             l2: GpuL2Sampler | None = None, pool_l2: PoolL2Sampler | None = None,
+             verifier: IterationCost | None = None) -> ServingResult:
     """Serve every request of `table`; ArchsimError naming the request that blocks a run that cannot finish.
     `record`: keep every iteration and timed transfer (`ServingResult.activity`, for a timeline). `placer`:
     with `placement: auto`, where each sequence's KV goes (archsim.plan.place.Placer); the cost then takes
     which sequences are pooled (archsim.serving.costs.SplitCost). `speculation`: decode by draft and verify
     (archsim.serving.speculative). `l2`: sample the GPU attention's L2 reuse (archsim.serving.gpu_l2); `pool_l2`:
-    the pool's host-path L2 (archsim.serving.pool_l2)."""
+    the pool's host-path L2 (archsim.serving.pool_l2); `verifier`: the cost of the rows a tree's own verifier
+    model runs (`table.verifier`), on the same GPUs after the target's part of each iteration."""
     if spec.placement == "auto" and placer is None:
         raise ValueError("placement auto needs a placer")
     engine = _Engine(table, spec, cost, speculation)
     engine.placer = placer
     engine.l2 = l2
     engine.pool_l2 = pool_l2
+    if (verifier is None) != (table.verifier is None):
+        raise ValueError("a table with verifier rows needs the verifier's cost, and only then")
+    engine.verifier = verifier
     engine.activity = ActivityLog() if record else None
     return engine.run()
 
@@ -173,7 +181,7 @@ def context_keys(table: RequestTable, succ: tuple[np.ndarray, np.ndarray]) -> tu
         own = table.keys(r)
         full = int(table.input_tokens[r] // bt)
         keys[offsets[r]:offsets[r] + full] = own[:full]
-        for nx in succ[1][succ[0][r]:succ[0][r + 1]].tolist():
+        for nx in _waiting_rows(table, succ, r):
             later = table.keys(nx)
             upto = min(int(total_tokens[r] // bt), len(later), int(nblocks[r]))
             if upto > full and np.array_equal(later[:full], own[:full]):
@@ -182,12 +190,29 @@ def context_keys(table: RequestTable, succ: tuple[np.ndarray, np.ndarray]) -> tu
     return keys, offsets
 
 
+def _waiting_rows(table: RequestTable, succ: tuple[np.ndarray, np.ndarray], r: int) -> list[int]:
+    """The rows that wait for row r, and through a tree's own verifier rows (whose KV is another model's) the
+    rows that wait for those: a node's expansion waits for its evaluation but continues the node's answer."""
+    out = succ[1][succ[0][r]:succ[0][r + 1]].tolist()
+    if table.verifier is None:
+        return out
+    rows: list[int] = []
+    while out:
+        nx = out.pop(0)
+        rows.append(nx)
+        if table.verifier[nx]:
+            out.extend(succ[1][succ[0][nx]:succ[0][nx + 1]].tolist())
+    return rows
+
+
 class _Engine:
     fast_decode = True     # the decode fast path (exact; off only to test that it is)
     activity: ActivityLog | None = None
     placer: Any = None     # placement auto: archsim.plan.place.Placer
     l2: GpuL2Sampler | None = None
     pool_l2: PoolL2Sampler | None = None
+    verifier: IterationCost | None = None
+    verifier_passes = verifier_only_passes = 0
 
     def __init__(self, table: RequestTable, spec: ServingSpec, cost: IterationCost,
                  speculation: Speculation | None = None) -> None:
@@ -850,6 +875,24 @@ class _Engine:
             return float(self.cost.iteration_ns(cached, news, self.res[ids] > 0))
         return float(self.cost.iteration_ns(cached, news))
 
+    def _compute_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray, scale: float) -> float:
+        """The target's part of an iteration, then the verifier's rows (a tree's own verifier model) on the same
+        GPUs."""
+        mine = self.table.verifier[ids] if self.verifier is not None else None
+        if mine is None or not mine.any():
+            return float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else \
+                self._iteration_ns(ids, cached, news)
+        assert self.verifier is not None
+        self.verifier_passes += 1
+        verify_ns = float(self.verifier.iteration_ns(cached[mine], news[mine]))
+        rest = ~mine
+        if not rest.any():
+            self.verifier_only_passes += 1  # the target's weights stay unread this iteration
+            return verify_ns
+        target_ns = float(self.cost.iteration_ns(cached[rest], news[rest], scale)) if scale < 1.0 else \
+            self._iteration_ns(ids[rest], cached[rest], news[rest])
+        return target_ns + verify_ns
+
     def _sample_l2(self, ids: np.ndarray, cached: np.ndarray, first: int, count: int = 1) -> None:
         """The GPU attention's block reads of iterations [first, first + count) of this batch, if any of them is
         a sample point (sequences whose KV is in HBM)."""
@@ -1045,8 +1088,7 @@ class _Engine:
         cached = self.ctx[ids]
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news)
-        compute_ns = float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else \
-            self._iteration_ns(ids, cached, news)
+        compute_ns = self._compute_ns(ids, cached, news, scale)
         if self.speculation is not None:       # the draft proposes before the target verifies
             drafting = draft_ns(self.speculation, cached, news, ~prefill)
             compute_ns += drafting
@@ -1308,6 +1350,8 @@ class _Engine:
             move_bytes=self.move_bytes, utilization=self._utilization(), speculation=self._speculation(),
             gpu_l2=self.l2.summary() if self.l2 is not None and self.l2.reads else None,
             pool_l2=self.pool_l2.summary() if self.pool_l2 is not None else None,
+            verifier_passes=self.verifier_passes, verifier_only_passes=self.verifier_only_passes,
+            verifier_rows=self.table.verifier,
             pool_decode_tokens=(self.pool_decode_tokens, self.pool_decode_fetched),
             kv_fetched_bytes=self._kv_fetched_bytes())
 

@@ -128,6 +128,7 @@ class RequestTable:
     block_offsets: np.ndarray   # int64[n+1]
     block_keys: np.ndarray      # uint64[...]; request i's prompt KV blocks, ceil(input_tokens/block_tokens)
     block_tokens: int
+    verifier: np.ndarray | None = None  # bool[n]: rows a tree's own verifier model runs (None: no such rows)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -160,7 +161,8 @@ class RequestTable:
     @classmethod
     def from_segments(cls, *, arrival_ns: np.ndarray, prev: np.ndarray, think_ns: np.ndarray, session: np.ndarray,
                       turn: np.ndarray, output_tokens: np.ndarray, seg_offsets: np.ndarray, seg_ids: np.ndarray,
-                      seg_tokens: np.ndarray, block_tokens: int) -> RequestTable:
+                      seg_tokens: np.ndarray, block_tokens: int,
+                      verifier: np.ndarray | None = None) -> RequestTable:
         """A table whose prompts are given as content segments (input_tokens = their sums)."""
         if block_tokens < 1:
             raise ValueError(f"block_tokens must be >= 1, got {block_tokens}")
@@ -171,7 +173,7 @@ class RequestTable:
         return cls(np.asarray(arrival_ns, dtype=np.float64), np.asarray(prev, dtype=np.int64),
                    np.asarray(think_ns, dtype=np.float64), np.asarray(session, dtype=np.int64),
                    np.asarray(turn, dtype=np.int32), sums.astype(np.int64),
-                   np.asarray(output_tokens, dtype=np.int64), offsets, keys, int(block_tokens))
+                   np.asarray(output_tokens, dtype=np.int64), offsets, keys, int(block_tokens), verifier)
 
 
 _DTYPES = {"arrival_ns": np.float64, "prev": np.int64, "think_ns": np.float64, "session": np.int64,
@@ -185,6 +187,8 @@ def _validate(t: RequestTable) -> None:
         a = getattr(t, name)
         if not isinstance(a, np.ndarray) or a.dtype != dtype or a.shape != (n,):
             raise ValueError(f"RequestTable.{name} must be {np.dtype(dtype).name}[{n}]")
+    if t.verifier is not None and (t.verifier.dtype != np.bool_ or t.verifier.shape != (n,)):
+        raise ValueError(f"RequestTable.verifier must be bool[{n}]")
     if not isinstance(t.block_tokens, int) or t.block_tokens < 1:
         raise ValueError(f"block_tokens must be a positive int, got {t.block_tokens!r}")
     if t.block_offsets.dtype != np.int64 or t.block_offsets.shape != (n + 1,) or t.block_keys.dtype != np.uint64:

@@ -87,6 +87,9 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     speculation = None
     if scenario.speculative is not None:
         spec, speculation = speculation_for(system, scenario, spec, getattr(requests_for, "seed", 0))
+    verifier = None
+    if scenario.branching is not None and scenario.branching.verifier is not None:
+        spec, verifier = verifier_for(system, scenario.branching.verifier, spec)
     cost = cost_table(system, workload, spec)
     table: RequestTable = requests_for(spec.block_tokens)
     placer = None
@@ -96,7 +99,8 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
         placer = placer_for(system, workload, spec.tiers[spec.kv_home].name)
     try:
         result = simulate(table, spec, cost, record=record, placer=placer, speculation=speculation,
-                          l2=gpu_l2_sampler(system, workload, spec), pool_l2=pool_l2_sampler(system, workload, spec))
+                          l2=gpu_l2_sampler(system, workload, spec), pool_l2=pool_l2_sampler(system, workload, spec),
+                          verifier=verifier[1] if verifier is not None else None)
     except ArchsimError as exc:
         if exc.file is not None:
             raise  # bad input, not a system that cannot serve
@@ -105,7 +109,8 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     metrics = summarize(result, warmup_requests=warmup, ttft_target_ns=slo.ttft_ns if slo else None,
                         tpot_target_ns=slo.tpot_ns if slo else None)
     metrics.update(run_energy(system, workload, result, cost,
-                              draft=speculation.draft_model if speculation is not None else None))
+                              draft=speculation.draft_model if speculation is not None else None,
+                              verifier=verifier[0] if verifier is not None else None))
     metrics["tier_link_bytes"] = metrics.pop("link_bytes")
     metrics["link_bytes"] = hop_link_bytes(system, workload, result)
     if result.home_tier is not None:
@@ -115,6 +120,8 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     metrics["kv_read_bytes_per_token"] = result.kv_fetched_bytes / emitted if emitted else None
     if result.speculation is not None:
         metrics["speculative"] = dict(result.speculation, draft=scenario.speculative.draft)
+    if verifier is not None:
+        metrics["verifier"] = verifier_summary(verifier[0], result)
     return SystemRun(system, "ok", result, cost, metrics)
 
 
@@ -178,6 +185,28 @@ def speculation_for(system: SystemConfig, scenario: Scenario, spec: ServingSpec,
     on_gpu = replace(system, kv_location="gpu", attention="gpu")
     draft_cost = StepCostTable(on_gpu, draft, spec.max_batch_seqs, spec.max_context_tokens, decode_from_hbm=True)
     return spec, Speculation(sp.k, sp.acceptance, seed, draft_cost, draft)
+
+
+def verifier_for(system: SystemConfig, name: str, spec: ServingSpec) -> tuple[ServingSpec, tuple[Workload, Any]]:
+    """A tree's own verifier model on the instance's GPUs: its weights come out of HBM's KV room, its passes are
+    priced as a KV-in-HBM system's (its KV of a path sits beside its weights)."""
+    preset = load_preset(name)
+    model = serving_workload(system, preset.shape(), preset.dtype, spec.max_context_tokens, name)
+    weights = gpu_work(model.shape, model.dtype, 1, dtype_bytes(model.dtype)).weight_bytes
+    hbm = spec.tiers[0]
+    spec = replace(spec, tiers=(replace(hbm, capacity_bytes=max(0, hbm.capacity_bytes - int(weights))),
+                                *spec.tiers[1:]))
+    on_gpu = replace(system, kv_location="gpu", attention="gpu")
+    return spec, (model, StepCostTable(on_gpu, model, spec.max_batch_seqs, spec.max_context_tokens,
+                                       decode_from_hbm=True))
+
+
+def verifier_summary(model: Workload, result: ServingResult) -> dict[str, Any]:
+    rows = result.verifier_rows
+    assert rows is not None
+    done = rows & result.completed
+    return {"model": model.name, "evaluations": int(done.sum()), "passes": result.verifier_passes,
+            "prompt_tokens": int(result.input_tokens[done].sum())}
 
 
 def tiers_with_draft(spec: ServingSpec, weight_bytes: float, draft_kv_bytes_per_token: int) -> tuple:

@@ -37,7 +37,7 @@ and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -248,6 +248,8 @@ def scenario_from_mapping(tree: Any, *, file: str | None = None) -> Scenario:
     slo = _parse_slo(root.sub("slo")) if root.has("slo") else None
     speculative = _parse_speculative(root.sub("speculative"), model) if root.has("speculative") else None
     branching = _parse_branching(root)
+    if branching is not None and branching.verifier == model:  # the scenario's own model: the default
+        branching = replace(branching, verifier=None)
     root.done()
     return Scenario(name, description, model, file, arrivals, input_, output, sessions, prefix, reasoning, slo, trace,
                     speculative, branching)
@@ -502,12 +504,28 @@ def _parse_tree(s: Section) -> Branching:
             raise s.error("parents", str(exc)) from None
         if parents.count(-1) != 1:
             raise s.error("parents", f"a search tree has one root (one -1), got {parents.count(-1)}")
-        return Branching("tree", parents=tuple(parents), eval_tokens=eval_tokens)
+        return Branching("tree", parents=tuple(parents), eval_tokens=eval_tokens, verifier=_verifier(s, eval_tokens))
     backtrack = s.float("backtrack", 0.0)
     if not 0 <= backtrack <= 1:
         raise s.error("backtrack", f"must lie in [0, 1], got {backtrack}")
     return Branching("tree", width=_count(s, "width"), depth=_count(s, "depth"), backtrack=backtrack,
-                     eval_tokens=eval_tokens)
+                     eval_tokens=eval_tokens, verifier=_verifier(s, eval_tokens))
+
+
+def _verifier(s: Section, eval_tokens: int) -> str | None:
+    """`tree.verifier`: the evaluations' model, a preset; only with evaluations."""
+    if not s.has("verifier"):
+        return None
+    from archsim.models import load_preset
+
+    name = s.str("verifier")
+    if not eval_tokens:
+        raise s.error("verifier", "a verifier scores evaluations: set eval_tokens above 0")
+    try:
+        load_preset(name)
+    except ConfigError as exc:
+        raise ConfigError(exc.detail, file=s.file, where=s.where("verifier")) from None
+    return name
 
 
 def _parse_trace(s: Section, base: Path) -> TraceInput:

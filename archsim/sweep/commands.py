@@ -124,6 +124,8 @@ SERVE_RESULT_KEYS = frozenset((
     "link_utilization", "mean_in_flight", "preemptions", "prefix_hit_rate", "prefix_hit_rate_by_tier",
     "requests_completed", "requests_measured", "requests_rejected", "requests_streamed", "tier_bytes",
     "tier_link_bytes", "utilization_over_time", "cache_reuse", "kv_read_bytes_per_token"))
+# keys an entry has only for some scenarios or systems: speculative decoding, a tree's own verifier, placement auto
+SERVE_OPTIONAL_KEYS = frozenset(("speculative", "verifier", "placement"))
 SERVE_DEFAULTS = {"requests": 1000, "seed": 0, "warmup_requests": 0}
 
 
@@ -191,8 +193,8 @@ def commands() -> dict[str, Command]:
         "compare": Command("compare", ("systems", "workload", "contexts"), ("systems", "workload"),
                            ("system.", "workload."), keys, _resolve_simulate, _check_simulate, _run_simulate),
         "serve": Command("serve", ("systems", "system", "scenario", "requests", "duration", "seed", "warmup_requests"),
-                         ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS, _resolve_serve, _check_serve,
-                         _run_serve),
+                         ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS | SERVE_OPTIONAL_KEYS,
+                         _resolve_serve, _check_serve, _run_serve),
     }
 
 
