@@ -53,6 +53,7 @@ class Command:
     required: tuple[str, ...]
     prefixes: tuple[str, ...]  # dotted override prefixes its --set takes
     result_keys: frozenset[str]  # top-level keys of one result entry
+    groups: frozenset[str]  # those of them whose value is a mapping (an objective names a key inside one)
     resolve: Callable[[dict[str, Any], list[str]], dict[str, Any]]
     check: Callable[[dict[str, Any], list[str]], None]  # builds the configs: raises ConfigError
     run: Callable[[dict[str, Any], list[str]], dict[str, Any]]
@@ -126,6 +127,11 @@ SERVE_RESULT_KEYS = frozenset((
     "tier_link_bytes", "utilization_over_time", "cache_reuse", "kv_read_bytes_per_token"))
 # keys an entry has only for some scenarios or systems: speculative decoding, a tree's own verifier, placement auto
 SERVE_OPTIONAL_KEYS = frozenset(("speculative", "verifier", "placement"))
+SERVE_GROUPS = frozenset((
+    "breakdown_ms", "cache_reuse", "cost_model", "e2e_ms", "energy_breakdown_mJ_per_token", "link_bytes",
+    "link_utilization", "prefix_hit_rate_by_tier", "tier_bytes", "tier_link_bytes", "tpot_ms", "ttft_ms",
+    "utilization_over_time", "speculative", "verifier", "placement"))
+STEP_GROUPS = frozenset(("breakdown_ns", "link_bytes", "energy_breakdown_pJ_per_token", "qos", "sampling"))
 SERVE_DEFAULTS = {"requests": 1000, "seed": 0, "warmup_requests": 0}
 
 
@@ -189,12 +195,14 @@ def commands() -> dict[str, Command]:
     keys = _step_result_keys()
     return {
         "simulate": Command("simulate", ("system", "workload", "contexts"), ("system", "workload"),
-                            ("system.", "workload."), keys, _resolve_simulate, _check_simulate, _run_simulate),
+                            ("system.", "workload."), keys, STEP_GROUPS, _resolve_simulate, _check_simulate,
+                            _run_simulate),
         "compare": Command("compare", ("systems", "workload", "contexts"), ("systems", "workload"),
-                           ("system.", "workload."), keys, _resolve_simulate, _check_simulate, _run_simulate),
+                           ("system.", "workload."), keys, STEP_GROUPS, _resolve_simulate, _check_simulate,
+                           _run_simulate),
         "serve": Command("serve", ("systems", "system", "scenario", "requests", "duration", "seed", "warmup_requests"),
                          ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS | SERVE_OPTIONAL_KEYS,
-                         _resolve_serve, _check_serve, _run_serve),
+                         SERVE_GROUPS, _resolve_serve, _check_serve, _run_serve),
     }
 
 

@@ -223,9 +223,16 @@ def _selector_args(s: Section, command_: Command) -> tuple[str, tuple[tuple[str,
     from archsim.system.workload import parse_tokens
 
     key = s.str("key")
-    if key.split(".")[0] not in command_.result_keys:
+    root, _, below = key.partition(".")
+    if root not in command_.result_keys:
         raise s.error("key", f"the {command_.name} command's results have no key {key!r} "
                              f"(known: {', '.join(sorted(command_.result_keys))})")
+    if below and root not in command_.groups:
+        raise s.error("key", f"{root!r} is one value in the {command_.name} command's results: nothing lies "
+                             f"below it ({key!r})")
+    if not below and root in command_.groups:
+        raise s.error("key", f"{root!r} is a group of values in the {command_.name} command's results: name "
+                             f"one inside it ({root}.<key>)")
     sel = s.sub("select", {})
     select: list[tuple[str, Any]] = []
     if sel.has("system"):
