@@ -448,3 +448,28 @@ def test_a_serve_objective_may_read_a_key_only_some_scenarios_have(tmp_path):
 
     with pytest.raises(ConfigError, match="speculation"):
         load_spec(_write(tmp_path / "t.yaml", spec))
+
+
+def test_a_points_key_hashes_the_files_its_inputs_name(tmp_path):
+    """A scenario naming an empirical length table: editing the table makes another point; an untouched copy of
+    the same files in another directory is the same point."""
+    import shutil
+
+    from archsim.sweep.commands import commands
+    from archsim.sweep.store import point_key
+
+    serve = commands()["serve"]
+
+    def key(directory: Path) -> str:
+        return point_key("serve", serve.resolve({"systems": ["gpu-hbm"], "scenario": str(directory / "mix.yaml")},
+                                                []))
+
+    scenarios = REPO / "configs" / "scenarios"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(scenarios / "long-short-mix.yaml", tmp_path / name / "mix.yaml")
+        shutil.copy(scenarios / "long-short-mix.csv", tmp_path / name / "long-short-mix.csv")
+    assert key(tmp_path / "a") == key(tmp_path / "b")
+    table = tmp_path / "b" / "long-short-mix.csv"
+    table.write_text(table.read_text() + "\n")
+    assert key(tmp_path / "a") != key(tmp_path / "b")

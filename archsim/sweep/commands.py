@@ -33,6 +33,41 @@ def _tree(path: Path, overrides: Sequence[str]) -> Any:
     return tree
 
 
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def referenced_files(tree: Any, base: Path, seen: dict[str, str] | None = None) -> dict[str, str]:
+    """SHA-256 of every file a config tree names by path (a string naming an existing file, absolute or
+    relative to `base`, the tree's own directory), and of the files those YAML files name in turn, keyed by the
+    path as written: the same design with an edited memory file, trace or length table is another point."""
+    seen = {} if seen is None else seen
+    if isinstance(tree, dict):
+        for value in tree.values():
+            referenced_files(value, base, seen)
+    elif isinstance(tree, list):
+        for value in tree:
+            referenced_files(value, base, seen)
+    elif isinstance(tree, str) and ("/" in tree or "." in tree) and tree not in seen and len(tree) < 4096:
+        path = Path(tree) if Path(tree).is_absolute() else base / tree
+        try:
+            stat = path.stat()
+        except (OSError, ValueError):
+            return seen
+        if path.is_file():
+            seen[tree] = _file_digest(str(path), stat.st_size, stat.st_mtime_ns)
+            if path.suffix in (".yaml", ".yml"):
+                referenced_files(_yaml_tree(str(path)), path.parent, seen)
+    return seen
+
+
 def _prefixed(overrides: Sequence[str], prefix: str) -> list[str]:
     return [o for o in overrides if o.strip().startswith(prefix)]
 
@@ -81,9 +116,15 @@ def _systems(inputs: dict[str, Any]) -> list[str]:
 
 
 def _resolve_simulate(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    systems = [_tree(_system_path(s), _prefixed(overrides, "system.")) for s in _systems(inputs)]
-    workload = _tree(_workload_path(inputs["workload"]), _prefixed(overrides, "workload."))
-    return {"systems": systems, "workload": workload, "contexts": _contexts(inputs.get("contexts"))}
+    paths = [_system_path(s) for s in _systems(inputs)]
+    systems = [_tree(p, _prefixed(overrides, "system.")) for p in paths]
+    wpath = _workload_path(inputs["workload"])
+    workload = _tree(wpath, _prefixed(overrides, "workload."))
+    files: dict[str, str] = {}
+    for tree, path in (*zip(systems, paths, strict=True), (workload, wpath)):
+        referenced_files(tree, path.parent, files)
+    return {"systems": systems, "workload": workload, "contexts": _contexts(inputs.get("contexts")),
+            "files": files}
 
 
 def _build_simulate(inputs: dict[str, Any], overrides: list[str]) -> tuple[list, Any, tuple[int, ...] | None]:
@@ -153,9 +194,14 @@ def _serve_options(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_serve(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    systems = [_tree(_system_path(s), _prefixed(overrides, "system.")) for s in _systems(inputs)]
-    scenario = _tree(_scenario_path(inputs["scenario"]), _prefixed(overrides, "scenario."))
-    return {"systems": systems, "scenario": scenario, **_serve_options(inputs)}
+    paths = [_system_path(s) for s in _systems(inputs)]
+    systems = [_tree(p, _prefixed(overrides, "system.")) for p in paths]
+    spath = _scenario_path(inputs["scenario"])
+    scenario = _tree(spath, _prefixed(overrides, "scenario."))
+    files: dict[str, str] = {}
+    for tree, path in (*zip(systems, paths, strict=True), (scenario, spath)):
+        referenced_files(tree, path.parent, files)
+    return {"systems": systems, "scenario": scenario, **_serve_options(inputs), "files": files}
 
 
 def _build_serve(inputs: dict[str, Any], overrides: list[str]) -> tuple[list, Any]:

@@ -1,6 +1,7 @@
 """The sweep's resumable store: one SQLite file in --out DIR, one row per point, append-only.
 
-A point's key is the SHA-256 of its fully resolved inputs (the command's YAML trees after overrides), the
+A point's key is the SHA-256 of its fully resolved inputs (the command's YAML trees after overrides and the
+contents of the files they name by path), the
 archsim version and a hash of the package's sources and shipped configs: the same design reached by another
 spec, or by an axis that grew, is the same row; a changed simulator is a new one. Each point is committed in
 its own transaction in WAL mode with synchronous=FULL, so a SIGKILL at any instant leaves every committed
