@@ -234,6 +234,101 @@ def _run_serve(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
             "results": entries}
 
 
+# -- pnm --------------------------------------------------------------------------------------------------------
+# `archsim pnm run` as a point: a kernel for a problem shape on one device's PNM units. Overrides: pnm.* and
+# memory.* (as the command's --set), define.NAME (its -D) and shape.KEY (one key of --shape).
+
+PNM_GROUPS = frozenset(("pnm", "memory"))
+PNM_RESULT_KEYS = frozenset(("system", "status")) | PNM_GROUPS
+
+
+def _kernel_path(inputs: dict[str, Any]) -> Path:
+    from archsim.resources import data_path
+
+    path = Path(str(inputs["kernel"]))
+    if not path.is_absolute() and not path.exists() and path.parts and path.parts[0] == "isa":
+        return Path(data_path(*path.parts))  # a shipped kernel by its repository path (isa/kernels/...)
+    return path
+
+
+def _pnm_parts(inputs: dict[str, Any], overrides: list[str]) -> tuple[Path, Any, Path, list[str], str, list[str]]:
+    """(PNM config path, its tree after pnm.*, memory path, memory.* overrides, shape text, -D strings)."""
+    from archsim.config.overrides import apply_overrides
+    from archsim.pnm.timed.unit_config import DEFAULT_PNM_CONFIG
+
+    ppath = Path(str(inputs["pnm"])) if inputs.get("pnm") else DEFAULT_PNM_CONFIG
+    tree = copy.deepcopy(_yaml_tree(str(ppath)))
+    if isinstance(tree, dict):
+        apply_overrides(tree, _prefixed(overrides, "pnm."), str(ppath))
+    memory = inputs.get("memory")
+    if memory is None:
+        named = tree.get("pnm", {}).get("memory") if isinstance(tree, dict) and isinstance(tree.get("pnm"), dict) \
+            else None
+        if named is None:
+            raise ConfigError("no memory input and the PNM config names no memory", file=str(ppath),
+                              where="pnm.memory")
+        memory = named if Path(named).is_absolute() else ppath.parent / named
+    shape = _edited_shape(str(inputs["shape"]), _prefixed(overrides, "shape."))
+    defines = [o.strip().removeprefix("define.") for o in _prefixed(overrides, "define.")]
+    return ppath, tree, Path(str(memory)), _prefixed(overrides, "memory."), shape, defines
+
+
+def _edited_shape(shape: str, overrides: list[str]) -> str:
+    """--shape text with `shape.KEY=VALUE` overrides applied (a new key is appended)."""
+    import yaml
+
+    items = dict(part.split("=", 1) for part in shape.split(",") if "=" in part)
+    for o in overrides:
+        key, value = o.strip().removeprefix("shape.").split("=", 1)
+        items[key.strip()] = str(yaml.safe_load(value))
+    return ",".join(f"{k}={v}" for k, v in items.items())
+
+
+def _resolve_pnm(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from archsim.config.memory import resolve_memory_tree
+
+    ppath, tree, mpath, memory_sets, shape, defines = _pnm_parts(inputs, overrides)
+    kernel = _kernel_path(inputs)
+    files = referenced_files(tree, ppath.parent)
+    files.update(referenced_files({"kernel": str(kernel)}, Path.cwd()))
+    for inc in sorted(kernel.parent.glob("*.inc")) if kernel.is_file() else ():  # what `.include` may read
+        files.update(referenced_files({"include": str(inc)}, Path.cwd()))
+    memory = resolve_memory_tree(copy.deepcopy(_yaml_tree(str(mpath))), str(mpath), memory_sets)
+    return {"pnm": tree, "memory": memory, "shape": shape, "defines": sorted(defines), "units": inputs.get("units"),
+            "kernel": kernel.name, "files": {Path(k).name if k == str(kernel) else k: v for k, v in files.items()}}
+
+
+def _build_pnm(inputs: dict[str, Any], overrides: list[str]) -> tuple[Path, str, Any, Any, dict[str, object]]:
+    from archsim.config.memory import load_memory_config
+    from archsim.pnm.cli import _defines
+    from archsim.pnm.timed.unit_config import build_pnm_config
+
+    ppath, tree, mpath, memory_sets, shape, defines = _pnm_parts(inputs, overrides)
+    kernel = _kernel_path(inputs)
+    if not kernel.is_file():
+        raise ConfigError(f"no such kernel: {kernel}", where="sweep.inputs.kernel")
+    return kernel, shape, load_memory_config(mpath, memory_sets), build_pnm_config(tree, str(ppath)), \
+        _defines(tuple(defines))
+
+
+def _check_pnm(inputs: dict[str, Any], overrides: list[str]) -> None:
+    from archsim.pnm.problem.shape import parse_shape
+
+    kernel, shape, *_ = _build_pnm(inputs, overrides)
+    parse_shape(shape, kernel)
+
+
+def _run_pnm(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from archsim.pnm.timed.simulate import run_pnm
+    from archsim.pnm.timed.stats import pnm_stats
+
+    kernel, shape, memory, pnm, defines = _build_pnm(inputs, overrides)
+    units = inputs.get("units")
+    stats = pnm_stats(run_pnm(kernel, shape, memory, pnm, defines=defines, units=units), reproducible=True)
+    entry = {"system": "pnm", "status": "ok", "pnm": stats["pnm"], "memory": stats["memory"]}
+    return {"schema": stats["schema"], "results": [entry]}
+
+
 # -- the registry -------------------------------------------------------------------------------------------------
 
 @functools.cache
@@ -249,6 +344,9 @@ def commands() -> dict[str, Command]:
         "serve": Command("serve", ("systems", "system", "scenario", "requests", "duration", "seed", "warmup_requests"),
                          ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS | SERVE_OPTIONAL_KEYS,
                          SERVE_GROUPS, _resolve_serve, _check_serve, _run_serve),
+        "pnm": Command("pnm", ("kernel", "shape", "pnm", "memory", "units"), ("kernel", "shape"),
+                       ("pnm.", "memory.", "define.", "shape."), PNM_RESULT_KEYS, PNM_GROUPS, _resolve_pnm,
+                       _check_pnm, _run_pnm),
     }
 
 
