@@ -473,3 +473,47 @@ def test_a_points_key_hashes_the_files_its_inputs_name(tmp_path):
     table = tmp_path / "b" / "long-short-mix.csv"
     table.write_text(table.read_text() + "\n")
     assert key(tmp_path / "a") != key(tmp_path / "b")
+
+
+# -- pnm points --------------------------------------------------------------------------------------------------
+
+PNM_SPEC = {"sweep": {"name": "pnm", "command": "pnm",
+                      "inputs": {"kernel": "isa/kernels/gqa_decode.s", "units": 2,
+                                 "shape": "heads=32,kv_heads=2,head_dim=128,context=1024,batch=1"},
+                      "axes": {"pnm.compute.macs_per_cycle": [64, 512], "define.TILE": [64], "shape.context": [2048]},
+                      "objectives": [{"key": "pnm.cycles", "goal": "minimize"}]}}
+
+
+def test_pnm_points_are_the_pnm_run_command(tmp_path):
+    """Each point is `archsim pnm run` with its --set, -D and --shape: the same cycles and DRAM bytes."""
+    result = _sweep(str(_write(tmp_path / "pnm.yaml", PNM_SPEC)), "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    assert [r["pnm.compute.macs_per_cycle"] for r in rows] == ["64", "512"]
+    for row in rows:
+        out = tmp_path / f"direct-{row['pnm.compute.macs_per_cycle']}.json"
+        direct = CliRunner().invoke(main, ["pnm", "run", "--kernel", str(REPO / "isa/kernels/gqa_decode.s"),
+                                           "--shape", "heads=32,kv_heads=2,head_dim=128,context=2048,batch=1",
+                                           "--units", "2", "-D", "TILE=64", "--set",
+                                           f"pnm.compute.macs_per_cycle={row['pnm.compute.macs_per_cycle']}",
+                                           "--reproducible", "--quiet", "--json", str(out)])
+        assert direct.exit_code == 0, direct.output
+        stats = json.loads(out.read_text())
+        assert int(row["pnm.pnm.cycles"]) == stats["pnm"]["cycles"]
+        assert int(row["pnm.memory.bytes_read"]) == stats["memory"]["bytes_read"]
+    assert int(rows[0]["pnm.pnm.cycles"]) > int(rows[1]["pnm.pnm.cycles"])  # 64 MACs: compute-bound
+
+
+@pytest.mark.parametrize(("edit", "where", "words"), [
+    (lambda s: s["axes"].update({"pnm.compute.macs": [64]}), "sweep.axes.pnm.compute.macs", "no such key"),
+    (lambda s: s["axes"].update({"memory.timing.tFAWx": ["40ns"]}), "sweep.axes.memory.timing.tFAWx", "no such key"),
+    (lambda s: s["axes"].update({"system.gpus.count": [1]}), "sweep.axes.system.gpus.count", "starting with pnm."),
+    (lambda s: s["objectives"][0].update({"key": "cycles"}), "sweep.objectives[0].key", "no key 'cycles'"),
+])
+def test_bad_pnm_specs_are_one_line(tmp_path, edit, where, words):
+    spec = json.loads(json.dumps(PNM_SPEC))
+    edit(spec["sweep"])
+    path = _write(tmp_path / "bad.yaml", spec)
+    line = _error_line(_sweep(str(path), "--out", str(tmp_path / "out")))
+    assert f"{path}: {where}:" in line and words in line, line
+    assert not (tmp_path / "out").exists()
