@@ -157,6 +157,19 @@ def test_the_pool_l2_starts_warm_only_when_an_iteration_fits():
     assert s["warm_samples"] == 0 and s["kv_hit_rate"] == 0.0
 
 
+def test_the_pool_l2_warms_with_what_every_instance_read_since():
+    """Two instances stream their own 10 blocks in turn: instance 0's next iteration starts warm with its own
+    previous reads and instance 1's since, and hits all of its lines."""
+    sampler = _pool_sampler(1 << 20, ways=8)
+    sampler.stride = 2
+    own, other = np.arange(10, dtype=np.uint64), np.arange(10, dtype=np.uint64) + 1000
+    sampler.iteration([own], 0)    # sampled, cold
+    sampler.iteration([other], 1)
+    sampler.iteration([own], 0)    # sampled, warm with [own, other]
+    s = sampler.summary()
+    assert s["warm_samples"] == 1 and s["kv_hit_rate"] == pytest.approx(0.5)
+
+
 def test_the_pool_l2_samples_one_host_reading_iteration_in_sixteen():
     sampler = _pool_sampler(1 << 20, ways=8)
     for _ in range(40):

@@ -130,6 +130,10 @@ def test_the_drafts_kv_takes_hbm_room():
     assert tiers[0].capacity_bytes == 9_000 * 10 // 15 and tiers[1].capacity_bytes == 100_000
     tiers = tiers_with_draft(replace(spec, kv_home=1), 1_000, 5)  # 1,800 draft tokens per instance, two of them
     assert tiers[0].capacity_bytes == 9_000 and tiers[1].capacity_bytes == 2 * 1_800 * 10
+    streamed = tiers_with_draft(replace(spec, decode="stream"), 1_000, 5)  # KV streamed from the tier below
+    assert streamed[0].capacity_bytes == 9_000 and streamed[1].capacity_bytes == 2 * 1_800 * 10
+    both = tiers_with_draft(replace(spec, kv_home=1, placement="auto"), 1_000, 5)  # HBM and pool both hold KV
+    assert both[0].capacity_bytes == 9_000 * 10 // 15 and both[1].capacity_bytes == 2 * 1_800 * 10
     roomy = replace(spec, kv_home=1, tiers=(replace(hbm, capacity_bytes=10**9), pool))
     assert tiers_with_draft(roomy, 1_000, 5)[1].capacity_bytes == 100_000  # the pool binds first
 

@@ -76,15 +76,15 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     flops += per_pair_flops * layers * (prefill_pairs + (0.0 if pnm_home else decode_pairs))
     hbm_bytes = float(work.weight_bytes) * (result.iterations - result.verifier_only_passes)
     sp = result.speculation
-    if sp is not None:  # the rejected positions were computed too: their weights' FLOPs and attention pairs
+    if sp is not None:  # the rejected positions were computed too: their weights' FLOPs, and the attention
+        # pairs of those whose KV is not in a PNM pool (the pool's are its units')
         flops += (work.layer_flops * layers + work.epilogue_flops) * sp["rejected_tokens"]
-        if not pnm_home:
-            flops += per_pair_flops * layers * sp["rejected_attention_pairs"]
+        flops += per_pair_flops * layers * (sp["rejected_attention_pairs"] - sp["rejected_attention_pairs_pnm"])
     if not pnm_home:  # attention reads the KV from HBM: each decode token its whole context, a prefill
         # (flash attention, one pass over the KV per query tile) its prompt's KV about once; a verification
         # step reads its context once for all the positions it verifies
         prompt_tokens = float(result.input_tokens[_rows(result, False)].sum())
-        decode_kv = sp["kv_read_bytes"] if sp is not None else kv_token * decode_pairs
+        decode_kv = sp["kv_read_bytes"] - sp["kv_read_bytes_pnm"] if sp is not None else kv_token * decode_pairs
         hbm_bytes += decode_kv + kv_token * prompt_tokens
     counts = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
     for tier_index, tier in enumerate(spec.tiers[1:], start=1):
@@ -164,7 +164,7 @@ def run_energy(system: SystemConfig, workload: Workload, result: ServingResult,
         per_byte, per_token = table.pool_energy_coefficients()
         # the pool's units read each decode token's context, a verification step's once for all its positions
         sp = result.speculation
-        pool_kv = sp["kv_read_bytes"] if sp is not None else result.spec.kv_bytes_per_token * decode_pairs
+        pool_kv = sp["kv_read_bytes_pnm"] if sp is not None else result.spec.kv_bytes_per_token * decode_pairs
         for name, pj in per_byte.items():
             parts[name] = parts.get(name, 0.0) + pj * pool_kv
         for name, pj in per_token.items():

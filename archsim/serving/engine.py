@@ -268,6 +268,7 @@ class _Engine:
         self.link_version = 0
         pools = [k for k, tier in enumerate(self.spec.tiers) if tier.kind == "pool"]
         self.pool_index = pools[0] if pools else -1
+        self.pnm_index = self.pool_index if pools and self.spec.tiers[self.pool_index].compute == "pnm" else -1
         self.pool_bytes = Intervals() if pools else None       # what the pool's DRAM served, when
         self.pool_transfer: dict[int, tuple[float, float]] = {}  # timed transfer id -> (start ns, bytes)
 
@@ -337,7 +338,8 @@ class _Engine:
         self.draft_ns = 0.0
         self.draft_passes = self.draft_tokens = self.draft_pairs = 0  # what the draft computed (its energy)
         self.draft_kv_tokens = 0
-        self.rejected_pairs = 0                          # attention pairs of the rejected positions
+        self.rejected_pairs = self.rejected_pairs_pnm = 0  # attention pairs of the rejected positions (in a PNM pool)
+        self.verified_kv_read_pnm = 0.0                  # ... of verified_kv_read, by a PNM pool's units
 
     def _init_instances(self) -> None:
         k = self.spec.instances
@@ -856,6 +858,8 @@ class _Engine:
         if not view.insert(keys, dest, pin=True):
             return False
         view.unpin(keys, src)
+        if self.pool_l2 is not None and src == self.pool_index:  # a move out of the pool reads it, host port
+            self.pool_l2.read(keys)
         self.release_epoch += 1
         self._note_pinned(i, dest)
         self.res[r] = dest
@@ -874,6 +878,34 @@ class _Engine:
         if self.auto:
             return float(self.cost.iteration_ns(cached, news, self.res[ids] > 0))
         return float(self.cost.iteration_ns(cached, news))
+
+    def _speculate(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> float:
+        """The draft's part of an iteration (it proposes before the target verifies; a tree's own verifier's rows
+        are not the draft's), counting what it and the verification read."""
+        sp = self.speculation
+        assert sp is not None
+        rows = ~self.table.verifier[ids] if self.table.verifier is not None else np.ones(len(ids), dtype=bool)
+        drafting = 0.0
+        if rows.any():
+            c, m, verifying = cached[rows], news[rows], ~prefill[rows]
+            drafting = draft_ns(sp, c, m, verifying)
+            passes, tokens, pairs, kv = draft_work(sp, c, m, verifying)
+            self.draft_passes += passes
+            self.draft_tokens += tokens
+            self.draft_pairs += pairs
+            self.draft_kv_tokens += kv
+        self.draft_ns += drafting
+        decoding = ~prefill
+        self.verified_kv_read += float(cached[decoding].sum() * self.kvb)
+        self.verified_kv_read_pnm += float(cached[decoding & self._in_pnm(ids)].sum() * self.kvb)
+        self.verified_chunk_read += float(cached[decoding & (news > 1)].sum() * self.kvb)
+        return drafting
+
+    def _in_pnm(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` keep their KV in a PNM pool (their attention runs in its units)."""
+        if self.pnm_index < 0:
+            return np.zeros(len(ids), dtype=bool)
+        return self.base + self.res[ids] == self.pnm_index
 
     def _compute_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray, scale: float) -> float:
         """The target's part of an iteration, then the verifier's rows (a tree's own verifier model) on the same
@@ -1089,17 +1121,8 @@ class _Engine:
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news)
         compute_ns = self._compute_ns(ids, cached, news, scale)
-        if self.speculation is not None:       # the draft proposes before the target verifies
-            drafting = draft_ns(self.speculation, cached, news, ~prefill)
-            compute_ns += drafting
-            self.draft_ns += drafting
-            passes, tokens, pairs, kv = draft_work(self.speculation, cached, news, ~prefill)
-            self.draft_passes += passes
-            self.draft_tokens += tokens
-            self.draft_pairs += pairs
-            self.draft_kv_tokens += kv
-            self.verified_kv_read += float(cached[~prefill].sum() * self.kvb)
-            self.verified_chunk_read += float(cached[~prefill & (news > 1)].sum() * self.kvb)
+        if self.speculation is not None:
+            compute_ns += self._speculate(ids, cached, news, prefill)
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
@@ -1121,7 +1144,7 @@ class _Engine:
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
             self.pool_l2.iteration([self._seq_keys(r, -(-int(c) // self.bt))
-                                    for r, c in zip(ids[pooled].tolist(), cached[pooled].tolist(), strict=True)])
+                                    for r, c in zip(ids[pooled].tolist(), cached[pooled].tolist(), strict=True)], i)
         if streaming.any():
             for v in np.unique(self.res[ids][streaming]).tolist():
                 rows = streaming & (self.res[ids] == v)
@@ -1184,8 +1207,9 @@ class _Engine:
         self.rejected_tokens += int((verified - advanced).sum())
         # positions advanced + 1 .. verified attended over the context and the positions before them
         ctx = self.ctx[decoded]
-        self.rejected_pairs += int(((verified - advanced) * ctx + (verified * (verified + 1)
-                                                                   - advanced * (advanced + 1)) // 2).sum())
+        pairs = (verified - advanced) * ctx + (verified * (verified + 1) - advanced * (advanced + 1)) // 2
+        self.rejected_pairs += int(pairs.sum())
+        self.rejected_pairs_pnm += int(pairs[self._in_pnm(decoded)].sum())
         return advanced
 
     def _prefill_done(self, i: int, r: int, t: float) -> None:
@@ -1375,6 +1399,7 @@ class _Engine:
                 "kv_read_bytes_per_step": self.verified_kv_read / steps if steps else None,
                 "kv_read_bytes_per_token": self.verified_kv_read / emitted if emitted else None,
                 "draft_ms": self.draft_ns / 1e6, "rejected_attention_pairs": self.rejected_pairs,
+                "rejected_attention_pairs_pnm": self.rejected_pairs_pnm, "kv_read_bytes_pnm": self.verified_kv_read_pnm,
                 "draft_passes": self.draft_passes, "draft_tokens": self.draft_tokens,
                 "draft_attention_pairs": self.draft_pairs, "draft_kv_tokens_read": self.draft_kv_tokens}
 

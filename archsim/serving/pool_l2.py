@@ -14,12 +14,13 @@ of a block puts `lines_per_block` lines on each channel (the host interleave spr
 spaced so that every fill returns before the next access: the hit rate is the replacement state's, not an MSHR
 race.
 
-A sample starts warm when the previous iteration's reads of every layer fit the slice: those reads (each layer
-its own lines) run through the cache first, so blocks re-read every iteration (a stream) hit across iterations.
-When they do not fit, the pool serves more than the L2 holds between one iteration's layer and the next
-iteration's same layer, LRU keeps none of it, and the sample starts cold. Sampling: every `stride`-th iteration
-that reads the pool through its host port, at most `max_samples`, so the cost is bounded on any run (a warm
-start adds at most the slice's lines).
+A sample starts warm when what the pool served through its host port since the instance's previous iteration
+began (that iteration's and every other instance's reads since, all layers) fits the slice: those reads (each
+layer its own lines) run through the cache first, so blocks re-read every iteration (a stream) hit across
+iterations. When they do not fit, the pool serves more than the L2 holds between one iteration's layer and the
+next iteration's same layer, LRU keeps none of it, and the sample starts cold. Sampling: every `stride`-th iteration
+that reads the pool through its host port, at most `max_samples` and until `max_lines` lines were simulated
+(warm starts, at most the slice's lines each, included), so the cost is bounded on any run.
 """
 
 from __future__ import annotations
@@ -39,13 +40,17 @@ class PoolL2Sampler:
     layers: int
     stride: int = 16
     max_samples: int = 512
+    max_lines: int = 8_000_000    # lines simulated in all (warm starts included): bounds the cost of any run
     samples: int = 0
     reads: int = 0                # host-path line reads sampled (one channel, one layer)
     hits: int = 0
     _seen: int = 0                # iterations that read the pool through its host port
     warm_samples: int = 0         # samples that started after the previous iteration's reads (they fit)
+    _simulated: int = 0
     _pending: list[np.ndarray] = field(default_factory=list)
-    _previous: list[np.ndarray] | None = None  # the previous host-reading iteration's blocks
+    # per instance: the blocks the pool served through its host port since that instance's last iteration began
+    # (None once they outgrow the slice)
+    _since: dict[int, list[np.ndarray] | None] = field(default_factory=dict)
     _iteration_bytes: list[float] = field(default_factory=list)
 
     @classmethod
@@ -59,22 +64,29 @@ class PoolL2Sampler:
     def read(self, keys: np.ndarray) -> None:
         """Blocks a transfer (load, swap-in) reads from the pool through its host port, kept for the next
         iteration only while it may be sampled."""
-        if len(keys) and self.samples < self.max_samples:
+        if len(keys) and self.samples < self.max_samples and self._simulated < self.max_lines:
             self._pending.append(np.asarray(keys, dtype=np.uint64))
 
-    def iteration(self, streamed: list[np.ndarray]) -> None:
-        """An iteration starts: `streamed` the blocks each streaming sequence re-reads from the pool, in batch
-        order. Simulates the host reads since the previous iteration if this is a sample point."""
+    def iteration(self, streamed: list[np.ndarray], instance: int = 0) -> None:
+        """An iteration of `instance` starts: `streamed` the blocks each streaming sequence re-reads from the
+        pool, in batch order. Simulates the host reads since the previous iteration if this is a sample point,
+        warm with every host read since this instance's previous iteration (every instance's, in order)."""
         blocks = [*self._pending, *(np.asarray(k, dtype=np.uint64) for k in streamed if len(k))]
         self._pending = []
-        if not blocks or self.samples >= self.max_samples:
-            self._previous = None
+        if self.samples >= self.max_samples or self._simulated >= self.max_lines:
+            self._since = {}
             return
-        due = self._seen % self.stride == 0
-        self._seen += 1
-        if due:
-            self._simulate(np.concatenate(blocks), self._previous)
-        self._previous = blocks
+        if blocks:
+            due = self._seen % self.stride == 0
+            self._seen += 1
+            if due:
+                self._simulate(np.concatenate(blocks), self._since.get(instance))
+        for other, reads in self._since.items():  # what the pool served since each instance's last iteration
+            if reads is not None and other != instance:
+                reads.extend(blocks)
+                if sum(len(r) for r in reads) * self._lines_per_key > self.slice_config.lines:
+                    self._since[other] = None  # more than the slice holds: that warm start would be cold
+        self._since[instance] = list(blocks)
 
     def _lines(self, keys: np.ndarray, layer: int) -> np.ndarray:
         """Line addresses of one layer of `keys`' blocks on the slice: a hash of (key, layer), then the block's
@@ -86,15 +98,19 @@ class PoolL2Sampler:
                      + np.arange(self.lines_per_block, dtype=np.uint64)[None, :]).reshape(-1)
         return lines << np.uint64(self.slice_config.line_size_bytes.bit_length() - 1)
 
+    @property
+    def _lines_per_key(self) -> int:
+        return self.lines_per_block * self.layers  # a block's lines on the slice over all layers
+
     def _simulate(self, keys: np.ndarray, previous: list[np.ndarray] | None) -> None:
-        """Layer 0 of this iteration's reads, after the previous iteration's reads of every layer when they fit
-        the slice (else LRU keeps none of them to this layer: the sample starts cold)."""
+        """Layer 0 of this iteration's reads, after the reads of every layer since the instance's previous
+        iteration when they fit the slice (else LRU keeps none of them to this layer: the sample starts cold)."""
         cfg = self.slice_config
         now = self._lines(keys, 0)
         warm = np.zeros(0, dtype=np.uint64)
-        if previous is not None:
+        if previous:
             before = np.concatenate(previous)
-            if len(before) * self.lines_per_block * self.layers * cfg.line_size_bytes < cfg.capacity_bytes:
+            if len(before) * self._lines_per_key < cfg.lines:
                 warm = np.concatenate([self._lines(before, layer) for layer in range(self.layers)])
                 self.warm_samples += 1
         address = np.concatenate([warm, now])
@@ -102,6 +118,7 @@ class PoolL2Sampler:
         res = simulate_l2(cfg, address, kind=np.ones(len(address), dtype=np.uint8),
                           arrival_cycle=np.arange(len(address), dtype=np.int64) * spacing, memory_latency_cycles=1)
         self.samples += 1
+        self._simulated += len(address)
         self.reads += len(now)
         self.hits += int(np.count_nonzero(res.outcome[len(warm):] == HIT))
         self._iteration_bytes.append(float(len(now) * cfg.line_size_bytes * self.channels * self.layers))

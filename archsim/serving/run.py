@@ -84,12 +84,12 @@ def run_system(system: SystemConfig, scenario: Scenario, requests_for: Any, *, w
     shape, dtype, max_context = model_limits(scenario)
     workload = serving_workload(system, shape, dtype, max_context, scenario.name)
     spec = serving_spec(system, workload, max_context)
+    verifier = None  # its weights first: the draft's KV bound reads the HBM room left
+    if scenario.branching is not None and scenario.branching.verifier is not None:
+        spec, verifier = verifier_for(system, scenario.branching.verifier, spec)
     speculation = None
     if scenario.speculative is not None:
         spec, speculation = speculation_for(system, scenario, spec, getattr(requests_for, "seed", 0))
-    verifier = None
-    if scenario.branching is not None and scenario.branching.verifier is not None:
-        spec, verifier = verifier_for(system, scenario.branching.verifier, spec)
     cost = cost_table(system, workload, spec)
     table: RequestTable = requests_for(spec.block_tokens)
     placer = None
@@ -211,19 +211,20 @@ def verifier_summary(model: Workload, result: ServingResult) -> dict[str, Any]:
 
 def tiers_with_draft(spec: ServingSpec, weight_bytes: float, draft_kv_bytes_per_token: int) -> tuple:
     """The KV tiers once the draft is on the instance's GPUs: its weights come out of HBM's KV room, and every
-    token a sequence holds also has the draft's KV in HBM. With the KV home in HBM a held token costs both
-    (the room's share for the target's KV scales by target / (target + draft) bytes per token); with it in a
-    PNM pool the draft's KV of the pooled tokens must fit in HBM's room, so the pool holds no more tokens than
-    that room has for the draft (the bound applies to every pooled block, cached ones too: conservative)."""
-    hbm, kvb = spec.tiers[0], spec.kv_bytes_per_token
+    token a sequence holds also has the draft's KV in HBM. Where the engine keeps running KV in HBM a held token
+    costs both (the room's share for the target's KV scales by target / (target + draft) bytes per token); where
+    it keeps it below HBM (a PNM pool, a streamed tier) the draft's KV of those tokens must fit in HBM's room, so
+    that tier holds no more tokens than the room has for the draft (the bound applies to every block there,
+    cached ones too: conservative). Placement auto keeps KV on both sides, so both rules apply."""
+    hbm, kvb, dkvb = spec.tiers[0], spec.kv_bytes_per_token, draft_kv_bytes_per_token
     room = max(0, hbm.capacity_bytes - int(weight_bytes))
-    if spec.kv_home == 0:
-        return (replace(hbm, capacity_bytes=room * kvb // (kvb + draft_kv_bytes_per_token)), *spec.tiers[1:])
+    auto = spec.placement == "auto"
+    home = spec.kv_home if auto or spec.decode == "load" else spec.kv_home + 1  # where running KV lives
     tiers = list(spec.tiers)
-    tiers[0] = replace(hbm, capacity_bytes=room)
-    home = tiers[spec.kv_home]
-    draft_tokens = room // draft_kv_bytes_per_token * spec.instances
-    tiers[spec.kv_home] = replace(home, capacity_bytes=min(home.capacity_bytes, draft_tokens * kvb))
+    tiers[0] = replace(hbm, capacity_bytes=room * kvb // (kvb + dkvb) if auto or home == 0 else room)
+    if auto or home > 0:
+        draft_tokens = room // dkvb * spec.instances
+        tiers[home] = replace(tiers[home], capacity_bytes=min(tiers[home].capacity_bytes, draft_tokens * kvb))
     return tuple(tiers)
 
 
