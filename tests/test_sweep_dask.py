@@ -129,3 +129,28 @@ def test_a_peer_that_is_no_scheduler_is_one_line_within_the_timeout(tmp_path, re
         server.close()
         for conn in held:
             conn.close()
+
+
+@pytest.mark.slow
+def test_timeout_and_memory_cap_hold_on_dask_workers(tmp_path):
+    """A Dask worker runs a point with a deadline or a cap in a forked child, which enforces both: a point past
+    its timeout and one past its cap fail as they do on local processes, and the sweep goes on."""
+    import yaml
+
+    spec = {"sweep": {"name": "limits", "command": "serve",
+                      "inputs": {"systems": ["gpu-hbm"], "scenario": "multiturn"},
+                      "axes": {"requests": [20, 400_000]}, "timeout_s": 3}}
+    path = tmp_path / "limits.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = _run(str(path), "--scheduler", "local:1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    assert [r["status"] for r in rows] == ["ok", "failed: timeout after 3 s"]
+    spec["sweep"].pop("timeout_s")
+    spec["sweep"]["memory_cap"] = "64MiB"  # below a worker's own size: the child's first mapping fails
+    path.write_text(yaml.safe_dump(spec))
+    result = _run(str(path), "--scheduler", "local:1", "--out", str(tmp_path / "capped"))
+    assert result.exit_code == 0, result.output
+    statuses = [r["status"] for r in _rows(tmp_path / "capped" / "points.csv")]
+    assert len(statuses) == 2  # (a native abort under the cap is named as the cap too, with its signal)
+    assert all(s.startswith(f"failed: memory cap of {64 * 2**20:,} bytes exceeded") for s in statuses), statuses

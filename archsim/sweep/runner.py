@@ -51,8 +51,8 @@ def warm_worker() -> None:
 
 @contextlib.contextmanager
 def _deadline(timeout_s: float | None) -> Iterator[None]:
-    """Raise PointTimeoutError in the point after `timeout_s` (enforced where the point runs on a main thread:
-    local worker processes; a Dask worker's task threads cannot take a signal)."""
+    """Raise PointTimeoutError in the point after `timeout_s` (a point runs on a main thread: a local worker
+    process's, or a forked child's on a Dask worker, whose task threads cannot take a signal)."""
     if not timeout_s or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -71,8 +71,8 @@ def _deadline(timeout_s: float | None) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _memory_cap(cap_bytes: int | None) -> Iterator[None]:
-    """Cap the process's address space at `cap_bytes` while the point runs (local worker processes, like the
-    deadline: a limit is process-wide, so not on a Dask worker's task threads); an allocation beyond it raises
+    """Cap the process's address space at `cap_bytes` while the point runs (on a main thread, like the deadline:
+    a limit is process-wide, so a Dask worker runs the point in a forked child); an allocation beyond it raises
     MemoryError. The old limit comes back afterwards, so the worker sends its result and goes on."""
     if not cap_bytes or threading.current_thread() is not threading.main_thread():
         yield
@@ -94,7 +94,11 @@ def _one_line(text: object) -> str:
 
 def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
               timeout_s: float | None, memory_cap_bytes: int | None = None) -> dict[str, Any]:
-    """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host."""
+    """One point: its status (ok / infeasible: ... / failed: ...), the command's JSON tree, wall time, host.
+    Off the main thread (a Dask worker's task thread) a point with a timeout or memory cap runs in a forked
+    child, whose main thread can take the deadline's signal and whose address space the cap bounds alone."""
+    if (timeout_s or memory_cap_bytes) and threading.current_thread() is not threading.main_thread():
+        return _run_forked(command_name, inputs, overrides, timeout_s, memory_cap_bytes)
     from archsim.sweep.commands import commands
 
     start = time.perf_counter()
@@ -107,10 +111,13 @@ def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
         status = "ok" if any(s == "ok" for s in statuses) or not statuses else statuses[0]
     except PointTimeoutError:
         status = f"failed: timeout after {timeout_s:g} s"
-    except MemoryError:
-        tree = None
-        status = f"failed: memory cap of {memory_cap_bytes:,} bytes exceeded" if memory_cap_bytes else \
-            "failed: out of memory"
+    except (MemoryError, ImportError) as exc:
+        tree = None  # under the cap, a module that cannot be mapped in is the cap reached as well
+        if isinstance(exc, ImportError) and not memory_cap_bytes:
+            status = f"failed: internal error: ImportError: {_one_line(exc)}"
+        else:
+            status = f"failed: memory cap of {memory_cap_bytes:,} bytes exceeded" if memory_cap_bytes else \
+                "failed: out of memory"
     except ConfigError as exc:  # a design the model cannot build (an SRAM below one tile, too few GPUs)
         from archsim.resources import display_path, display_paths_in
 
@@ -126,6 +133,58 @@ def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
         status = f"failed: internal error: {type(exc).__name__}: {_one_line(exc)}"
     return {"status": status, "result": tree, "wall_s": round(time.perf_counter() - start, 3),
             "host": socket.gethostname()}
+
+
+def _run_forked(command_name: str, inputs: dict[str, Any], overrides: list[str], timeout_s: float | None,
+                memory_cap_bytes: int | None) -> dict[str, Any]:
+    """run_point in a forked child (the worker's imports and compiled kernels come along; os.fork, since a Dask
+    worker is a daemonic process multiprocessing will not let have children): the child enforces the deadline
+    and the cap itself; a child that dies or stops answering is the point's failure."""
+    import pickle
+    import select
+
+    start = time.perf_counter()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one point, its answer down the pipe, and out without running the parent's exits
+        code = 0
+        try:
+            os.close(read_fd)
+            data = pickle.dumps(run_point(command_name, inputs, overrides, timeout_s, memory_cap_bytes))
+            with os.fdopen(write_fd, "wb") as pipe:
+                pipe.write(data)
+        except BaseException:  # noqa: BLE001 - nothing may escape a forked child
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s + 30.0  # the child's own comes first
+    chunks: list[bytes] = []
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([pipe], [], [], wait)[0]:
+                break  # no answer in time
+            chunk = pipe.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if not done:
+        os.kill(pid, signal.SIGKILL)
+        done, status = os.waitpid(pid, 0)
+    try:
+        return pickle.loads(b"".join(chunks))
+    except Exception:  # noqa: BLE001 - no whole answer: the child died or hung
+        if timeout_s and deadline and time.monotonic() >= deadline:
+            why = f"timeout after {timeout_s:g} s"
+        elif memory_cap_bytes and os.WIFSIGNALED(status):  # native code aborting on a failed allocation
+            why = (f"memory cap of {memory_cap_bytes:,} bytes exceeded (the point's process ended on signal "
+                   f"{os.WTERMSIG(status)})")
+        else:
+            why = f"the point's process ended with status {status}"
+        return {"status": f"failed: {why}", "result": None, "wall_s": round(time.perf_counter() - start, 3),
+                "host": socket.gethostname()}
 
 
 @dataclass(frozen=True)
