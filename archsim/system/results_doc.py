@@ -19,6 +19,7 @@ from archsim.system.config import SystemConfig, load_system_config
 from archsim.system.decode import StepResult, simulate_step
 from archsim.system.report import render_table, run_comparison
 from archsim.system.workload import Workload, load_workload
+from archsim.units import parse_size_bytes
 
 DOC = SOURCE_ROOT / "docs" / "results.md"  # docs/ is not shipped in the wheel
 SYSTEMS = ("g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme", "rdma-pool")
@@ -186,34 +187,58 @@ def _qos_section(workload: Workload, context: int) -> list[str]:
 
 
 def _dse_section(workload: Workload, context: int) -> list[str]:
-    """A compact version of scripts/dse_sweep.py on the G2.5 presets at one context."""
-    g25 = load_system_config("g25")
-    default = g25.pool.pnm.macs_per_cycle if g25.pool and g25.pool.pnm else 256
-    rows = ["| knob | value | G2.5 PNM step | PNM time | SRAM hit |", "|---|---|---|---|---|"]
-    lanes: dict[int, float] = {}
-    for value in (default // 8, default // 4, default // 2, default, default * 2):
-        r = simulate_step(load_system_config(g25.file, [f"system.pool.pnm.macs_per_cycle={value}"]), workload, context)
-        lanes[value] = r.term_ns('pnm')
-        rows.append(f"| MACs/cycle | {value} | {_ms(r.decode_step_ns)} | {_ms(r.term_ns('pnm'))} | "
-                    f"{100 * (r.sram_hit_rate or 0):.1f} % |")
-    sram: dict[str, float] = {}
-    for value in ("48KiB", "80KiB", "96KiB", "512KiB"):
-        r = simulate_step(load_system_config(g25.file, [f"system.pool.pnm.sram={value}"]), workload, context)
-        sram[value] = r.term_ns('pnm')
-        rows.append(f"| SRAM | {value} | {_ms(r.decode_step_ns)} | {_ms(r.term_ns('pnm'))} | "
-                    f"{100 * (r.sram_hit_rate or 0):.1f} % |")
-    keys = sorted(lanes)
-    saturated = next((a for a, b in zip(keys, keys[1:], strict=False) if lanes[a] / lanes[b] < 1.05), keys[-1])
-    best = min(sram.values())
-    enough = next(k for k in sram if sram[k] <= best * 1.001)
-    halve, double = lanes[default // 2] / lanes[default], lanes[default] / lanes[default * 2]
-    rows += ["", f"Halving the lanes from {default} to {default // 2} stretches the PNM time {halve:.2f}x and "
-             f"doubling them gains {double:.2f}x; beyond {saturated} MACs per cycle more lanes gain under 5 %: the "
-             f"unit is then bound by its channel's DRAM. Below {enough} the SRAM cannot hold the double-buffered K/V "
-             "tiles next to the whole query group, so the unit re-reads the KV per sub-group (up to "
-             f"{max(sram.values()) / best:.2f}x the time). "
-             "scripts/dse_sweep.py also sweeps every link's bandwidth on the four pool systems."]
-    return rows
+    """The G2.5 design-space table, built from the store of the shipped sweep configs/sweeps/design-space.yaml
+    (run here into a scratch directory): PNM time per MAC count and SRAM size, and what the grid says."""
+    import tempfile
+
+    from archsim.sweep.runner import run_sweep
+    from archsim.sweep.spec import load_spec
+    from archsim.sweep.store import STORE_NAME, Store
+
+    spec = load_spec("design-space")
+    if spec.inputs.get("workload") != workload.name or spec.inputs.get("contexts") != f"{context // 1024}K":
+        raise ValueError("configs/sweeps/design-space.yaml no longer matches the results' workload and context")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_sweep(spec, Path(tmp) / "store", quiet=True)
+        store = Store(Path(tmp) / "store" / STORE_NAME)
+        try:
+            rows = list(store.rows().values())
+        finally:
+            store.close()
+    lanes_key, sram_key = "system.pool.pnm.macs_per_cycle", "system.pool.pnm.sram"
+    cells: dict[tuple[int, str], dict] = {}
+    for row in rows:
+        entry = row["result"]["results"][0]
+        cells[(row["point"][lanes_key], row["point"][sram_key])] = entry
+    lanes = sorted({k[0] for k in cells})
+    srams = sorted({k[1] for k in cells}, key=parse_size_bytes)
+
+    def pnm_ns(entry: dict) -> float:
+        parts = entry["breakdown_ns"]
+        return parts.get("critical", {}).get("pnm", parts.get("overlapped", {}).get("pnm", 0.0))
+
+    out = [f"PNM time per decode step (G2.5 step, SRAM hit rate) from the {len(cells)} points of "
+           "`archsim sweep configs/sweeps/design-space.yaml`:", "",
+           "| MACs/cycle | " + " | ".join(srams) + " |", "|---|" + "---|" * len(srams)]
+    for n in lanes:
+        out.append(f"| {n} | " + " | ".join(
+            f"{_ms(pnm_ns(cells[(n, m)]))} ({_ms(cells[(n, m)]['decode_step_ns'])}, "
+            f"{100 * (cells[(n, m)]['sram_hit_rate'] or 0):.1f} %)" for m in srams) + " |")
+    g25 = load_system_config(str(spec.inputs["system"]))
+    default, full = g25.pool.pnm.macs_per_cycle if g25.pool and g25.pool.pnm else 512, srams[-1]
+    lane_ns = {n: pnm_ns(cells[(n, full)]) for n in lanes}
+    saturated = next((a for a, b in zip(lanes, lanes[1:], strict=False) if lane_ns[a] / lane_ns[b] < 1.05), lanes[-1])
+    sram_ns = {m: pnm_ns(cells[(default, m)]) for m in srams}
+    best = min(sram_ns.values())
+    enough = next(m for m in srams if sram_ns[m] <= best * 1.001)
+    halve, double = lane_ns[default // 2] / lane_ns[default], lane_ns[default] / lane_ns[default * 2]
+    out += ["", f"At {full}, halving the MACs from {default} to {default // 2} stretches the PNM time {halve:.2f}x and "
+            f"doubling them gains {double:.2f}x; beyond {saturated} MACs per cycle more gain under 5 %: the unit is "
+            f"then bound by its channel's DRAM. At {default} MACs, below {enough} the SRAM cannot hold the "
+            "double-buffered K/V tiles next to the whole query group, so the unit re-reads the KV per sub-group "
+            f"(up to {max(sram_ns.values()) / best:.2f}x the time). configs/sweeps/dse-pnm.yaml is the larger grid "
+            "(both pool systems, every link's bandwidth)."]
+    return out
 
 
 def _flow(tree: dict) -> str:
