@@ -517,3 +517,32 @@ def test_bad_pnm_specs_are_one_line(tmp_path, edit, where, words):
     line = _error_line(_sweep(str(path), "--out", str(tmp_path / "out")))
     assert f"{path}: {where}:" in line and words in line, line
     assert not (tmp_path / "out").exists()
+
+
+# -- replay points -----------------------------------------------------------------------------------------------
+
+REPLAY_SPEC = {"sweep": {"name": "replay", "command": "replay",
+                         "inputs": {"trace": "traces/kv_decode_hbm3.npz", "memory": "configs/memory/hbm3.yaml"},
+                         "axes": {"memory.timing.tFAW": ["16ns", "60ns"]},
+                         "objectives": [{"key": "memory.bandwidth_GBps", "goal": "maximize"}]}}
+
+
+def test_replay_points_are_the_replay_command(tmp_path):
+    """Each point is `archsim replay` with its --set: the same stats; memory.* axes reach the memory config."""
+    result = _sweep(str(_write(tmp_path / "r.yaml", REPLAY_SPEC)), "--workers", "1", "--out", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    rows = _rows(tmp_path / "out" / "points.csv")
+    for row in rows:
+        out = tmp_path / f"direct-{row['memory.timing.tFAW']}.json"
+        direct = CliRunner().invoke(main, ["replay", str(REPO / "traces/kv_decode_hbm3.npz"), "--memory",
+                                           str(REPO / "configs/memory/hbm3.yaml"), "--set",
+                                           f"memory.timing.tFAW={row['memory.timing.tFAW']}", "--reproducible",
+                                           "--quiet", "--json", str(out)])
+        assert direct.exit_code == 0, direct.output
+        memory = json.loads(out.read_text())["memory"]
+        assert float(row["replay.memory.bandwidth_GBps"]) == memory["bandwidth_GBps"]
+        assert int(row["replay.memory.row_hits"]) == memory["row_hits"]
+    bad = json.loads(json.dumps(REPLAY_SPEC))
+    bad["sweep"]["axes"] = {"memory.timing.tFAWx": ["16ns"]}
+    line = _error_line(_sweep(str(_write(tmp_path / "bad.yaml", bad)), "--out", str(tmp_path / "bad")))
+    assert "sweep.axes.memory.timing.tFAWx" in line and "no such key" in line, line

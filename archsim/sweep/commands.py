@@ -329,6 +329,60 @@ def _run_pnm(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     return {"schema": stats["schema"], "results": [entry]}
 
 
+# -- replay -----------------------------------------------------------------------------------------------------
+# `archsim replay` as a point: a memory trace through one memory config; overrides memory.* (its --set).
+
+REPLAY_RESULT_KEYS = frozenset(("system", "status", "memory"))
+
+
+def _shipped_or_given(value: Any, top: str) -> Path:
+    """A path as given, or a shipped file by its repository path (configs/..., traces/...)."""
+    from archsim.resources import data_path
+
+    path = Path(str(value))
+    if not path.is_absolute() and not path.exists() and path.parts and path.parts[0] == top:
+        return Path(data_path(*path.parts))
+    return path
+
+
+def _replay_paths(inputs: dict[str, Any]) -> tuple[Path, Path]:
+    return _shipped_or_given(inputs["trace"], "traces"), _shipped_or_given(inputs["memory"], "configs")
+
+
+def _resolve_replay(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from archsim.config.memory import resolve_memory_tree
+
+    trace, mpath = _replay_paths(inputs)
+    memory = resolve_memory_tree(copy.deepcopy(_yaml_tree(str(mpath))), str(mpath), _prefixed(overrides, "memory."))
+    digest = referenced_files({"trace": str(trace)}, Path.cwd()).get(str(trace))
+    return {"memory": memory, "trace": trace.name, "format": inputs.get("format", "auto"),
+            "wrap": bool(inputs.get("wrap", False)), "files": {trace.name: digest}}
+
+
+def _check_replay(inputs: dict[str, Any], overrides: list[str]) -> None:
+    from archsim.config.memory import load_memory_config
+
+    trace, mpath = _replay_paths(inputs)
+    load_memory_config(mpath, _prefixed(overrides, "memory."))
+    if not trace.is_file():
+        raise ConfigError(f"no such trace: {trace}", where="sweep.inputs.trace")
+
+
+def _run_replay(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from archsim.config.memory import load_memory_config
+    from archsim.memory import Requests, check_addresses, replay
+    from archsim.report.memory_stats import memory_stats
+    from archsim.trace.text_formats import read_trace
+
+    trace, mpath = _replay_paths(inputs)
+    cfg = load_memory_config(mpath, _prefixed(overrides, "memory."))
+    physical = read_trace(str(trace), str(inputs.get("format", "auto")))
+    address = check_addresses(cfg, physical.address, bool(inputs.get("wrap", False)), str(trace))
+    requests = Requests.build(physical.timestamp_cycles, address, physical.is_write, physical.source)
+    stats = memory_stats(replay(cfg, requests), reproducible=True)
+    return {"schema": stats["schema"], "results": [{"system": "replay", "status": "ok", "memory": stats["memory"]}]}
+
+
 # -- the registry -------------------------------------------------------------------------------------------------
 
 @functools.cache
@@ -347,6 +401,8 @@ def commands() -> dict[str, Command]:
         "pnm": Command("pnm", ("kernel", "shape", "pnm", "memory", "units"), ("kernel", "shape"),
                        ("pnm.", "memory.", "define.", "shape."), PNM_RESULT_KEYS, PNM_GROUPS, _resolve_pnm,
                        _check_pnm, _run_pnm),
+        "replay": Command("replay", ("trace", "memory", "format", "wrap"), ("trace", "memory"), ("memory.",),
+                          REPLAY_RESULT_KEYS, frozenset(("memory",)), _resolve_replay, _check_replay, _run_replay),
     }
 
 
