@@ -213,15 +213,34 @@ def config() -> None:
 
 
 @config.command("show")
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path", type=click.Path(dir_okay=False), required=False)
 @click.option("--resolved", is_flag=True, help="Print the fully expanded config (preset + file + overrides).")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE", help="Override a value.")
-def config_show(path: str, resolved: bool, overrides: tuple[str, ...]) -> None:
-    """Print a memory config; with --resolved, every value after presets and overrides, plus derived figures."""
+@click.option("--system", "system_name", metavar="NAME|PATH", help="A system instead of a memory config.")
+@click.option("--address-map", is_flag=True, help="With --system: its pool's address map (windows, interleave, "
+              "device address to DRAM).")
+def config_show(path: str | None, resolved: bool, overrides: tuple[str, ...], system_name: str | None,
+                address_map: bool) -> None:
+    """Print a memory config; with --resolved, every value after presets and overrides, plus derived figures.
+    With --system NAME --address-map, the system's pool address map."""
     import yaml
 
     from archsim.config.memory import load_memory_config
     from archsim.dram.spec import peak_bandwidth_GBps, peak_bandwidth_per_stack_GBps
+
+    if system_name is not None or address_map:
+        if system_name is None or not address_map or path is not None or resolved:
+            raise click.UsageError("give --system NAME|PATH with --address-map, and no memory config PATH")
+        from archsim.system import load_system_config
+        from archsim.system.address_map import describe
+
+        system = load_system_config(system_name, overrides)
+        if system.pool is None or system.pool.address_map is None:
+            raise ArchsimError("has no memory pool to map", file=system.file, where="system.pool")
+        click.echo("\n".join(describe(system.pool.address_map)))
+        return
+    if path is None:
+        raise click.UsageError("give a memory config PATH, or --system NAME --address-map")
 
     cfg = load_memory_config(path, overrides)
     if not resolved:

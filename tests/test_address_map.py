@@ -1,66 +1,87 @@
+"""Unified addressing of the pool (archsim.system.address_map): HDM-decoder interleaving over devices, then the
+memory's own mapping. Round trips, no overlaps and full coverage for every shipped pool and for 3-, 6- and
+12-way interleaves; bad maps are one line naming the key."""
+
+from __future__ import annotations
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from click.testing import CliRunner
 
-from archsim.dram.address_map import Decoded, mapping_from_string
-from archsim.errors import ConfigError
-from tests.conftest import PRESETS, config
+from archsim.cli import main
+from archsim.system import load_system_config
+from archsim.system.address_map import build_address_map
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.component
 
-SCHEMES = ("rorabgbachco", "rochrababgco", "RoBaRaCoCh", "ChRaBaRoCo", "rorabacobgpcch")
-
-
-def _scheme_for(preset: str, scheme: str) -> str | None:
-    org = config(preset).organization
-    if org.pseudo_channels > 1 and "pc" not in scheme.lower():
-        return scheme + ("pc" if scheme.islower() else "Pc")
-    return scheme
+POOLED = ("g25", "g15", "g25-nopnm", "g15-nopnm", "g25-qos")
 
 
-@settings(max_examples=25, deadline=None)
-@given(preset=st.sampled_from(PRESETS), scheme=st.sampled_from(SCHEMES),
-       xor=st.sampled_from([(), ("ba",), ("ba", "ch")]), seed=st.integers(0, 2**32 - 1))
-def test_decode_encode_round_trip(preset, scheme, xor, seed):
-    org = config(preset).organization
-    if preset == "HBM3E" and not scheme.lower().startswith("ro"):
-        return  # 24576 rows is not a power of two: the row must be the top field
-    mapping = mapping_from_string(_scheme_for(preset, scheme), org, xor)
-    rng = np.random.default_rng(seed)
-    address = (rng.integers(0, org.capacity_bytes // org.access_bytes, 500) * org.access_bytes).astype(np.uint64)
-    decoded = mapping.decode(address)
-    assert np.array_equal(mapping.encode(decoded), address)
-    assert decoded.row.max() < org.rows and decoded.channel.max() < org.n_channels
-    assert decoded.bank.max() < org.banks_per_group and decoded.bankgroup.max() < org.bankgroups
+def _round_trip(amap, rng: np.random.Generator) -> None:
+    handles = np.concatenate([rng.integers(0, amap.capacity_bytes, 20_000), [0, amap.capacity_bytes - 1]])
+    device, dpa = amap.to_device(handles)
+    assert device.min() >= 0 and device.max() < amap.devices and dpa.min() >= 0 and dpa.max() < amap.device_bytes
+    assert np.array_equal(amap.to_handle(device, dpa), handles)
+    fields = amap.mapping.decode(dpa.astype(np.uint64))
+    access = 1 << amap.mapping.offset_bits  # the DRAM fields name an access; the bytes inside it are its offset
+    assert np.array_equal(amap.mapping.encode(fields).astype(np.int64), dpa - dpa % access)  # DPA -> DRAM -> DPA
+    for server in range(len(amap.windows)):  # every server's window reaches the same place for a handle
+        d, a, _ = amap.resolve(server, amap.hpa(server, handles))
+        assert np.array_equal(d, device) and np.array_equal(a, dpa)
 
 
-def test_dramsim3_field_positions(dramsim3_ini):
-    from archsim.config.dramsim3_import import import_dramsim3
-    from archsim.config.memory import build_memory_config
-
-    cfg = build_memory_config(import_dramsim3(dramsim3_ini).tree, str(dramsim3_ini))
-    one = {"column": 1 << 6, "channel": 1 << 11, "bank": 1 << 14, "bankgroup": 1 << 16, "row": 1 << 18}
-    for field, address in one.items():
-        decoded = cfg.mapping.decode(np.array([address], dtype=np.uint64))
-        values = {name: int(getattr(decoded, name)[0]) for name in one}
-        assert values == {name: int(name == field) for name in one}, field
+@pytest.mark.parametrize("name", POOLED)
+def test_every_shipped_pool_round_trips(name):
+    amap = load_system_config(name).pool.address_map
+    assert amap.ways == amap.devices and amap.capacity_bytes == load_system_config(name).pool.capacity_bytes
+    _round_trip(amap, np.random.default_rng(0))
 
 
-def test_explicit_bits_and_xor():
-    org = config("HBM2").organization
-    from archsim.dram.address_map import parse_address_mapping
-    from archsim.section import Section
+@pytest.mark.parametrize(("devices", "ways"), [(3, 3), (6, 3), (6, 6), (12, 12), (12, 4), (12, 6), (16, 16)])
+def test_interleaves_cover_every_chunk_once(devices, ways):
+    """Over a small pool, every chunk of every device is reached by exactly one handle (full coverage, no
+    overlap), consecutive chunks go to consecutive devices of a set, and the real g25 mapping round-trips."""
+    mapping = load_system_config("g25").pool.memory.mapping
+    g, chunks = 256, 24
+    amap = build_address_map(devices, chunks * g, mapping, ways=ways, granularity_bytes=g, servers=3)
+    handles = np.arange(0, amap.capacity_bytes, g)
+    device, dpa = amap.to_device(handles)
+    places = device * amap.device_bytes + dpa
+    assert len(np.unique(places)) == len(handles) == devices * chunks  # a bijection on chunks
+    assert np.array_equal(device[:ways], np.arange(ways)) and (dpa[:ways] == 0).all()
+    windows = sorted((w.base, w.end) for w in amap.windows)
+    assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:], strict=False))  # windows never overlap
+    big = load_system_config("g25", [f"system.pool.devices={devices}",
+                                     f"system.pool.address_map={{ways: {ways}}}"]).pool.address_map
+    _round_trip(big, np.random.default_rng(devices * 100 + ways))
 
-    bits = ["ch", "ch", "ch", "co", "co", "co", "co", "co", "bg", "bg", "ba", "ba"]
-    mapping = parse_address_mapping(Section({"bits": bits, "xor": ["ba"]}, "memory.address_mapping", None), org)
-    decoded = Decoded(*(np.array([v]) for v in (5, 0, 0, 2, 3, 1234, 17)))
-    address = mapping.encode(decoded)
-    again = mapping.decode(address)
-    assert (int(again.channel[0]), int(again.bank[0]), int(again.row[0]), int(again.column[0])) == (5, 3, 1234, 17)
+
+def test_a_handle_resolves_outside_no_window():
+    amap = load_system_config("g25").pool.address_map
+    with pytest.raises(ValueError, match="outside"):
+        amap.resolve(0, np.array([amap.windows[0].end]))
 
 
-@pytest.mark.parametrize("scheme", ["rorabgbach", "rorabgbachcoxx", "RoBaRa", "rorabgbachcoco"])
-def test_mapping_that_does_not_cover_the_bits_is_an_error(scheme):
-    with pytest.raises(ConfigError):
-        mapping_from_string(scheme, config("HBM2").organization)
+@pytest.mark.parametrize(("value", "key", "words"), [
+    ("{ways: 5}", "ways", "CXL interleaves"),
+    ("{ways: 3}", "ways", "do not divide"),
+    ("{granularity: 3000B}", "granularity", "power of two"),
+    ("{granularity: 64KiB}", "granularity", "power of two"),
+    ("{servers: 2, window_stride: 4096}", "window_stride", "overlap"),
+    ("{servers: 0}", "servers", ">= 1"),
+    ("{wayz: 2}", "wayz", "unknown key"),
+])
+def test_bad_maps_are_one_line(value, key, words):
+    result = CliRunner().invoke(main, ["config", "show", "--system", "g25", "--address-map", "--set",
+                                       f"system.pool.address_map={value}"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"system.pool.address_map.{key}" in lines[0] and words in lines[0], lines[0]
+
+
+def test_config_show_prints_the_map():
+    result = CliRunner().invoke(main, ["config", "show", "--system", "g25", "--address-map", "--set",
+                                       "system.pool.address_map={servers: 2}"])
+    assert result.exit_code == 0, result.output
+    assert "8 ways x 4096 B" in result.output and "server 1:" in result.output
+    assert "-> device 1, DPA 0x0000000000" in result.output  # the second chunk: the next device

@@ -52,6 +52,7 @@ from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
 from archsim.resources import data_path
 from archsim.section import Section
+from archsim.system.address_map import PoolAddressMap, build_address_map
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.system.serving_config import (
@@ -119,6 +120,7 @@ class PoolSpec:
     host_fetch_interleave_bytes: int  # GPU-side fetches round-robin over a channel's KV streams at this size
     l2: L2Config | None  # one device's L2, sliced evenly over its channels (ways, line, MSHRs per slice)
     pnm: PnmSpec | None
+    address_map: PoolAddressMap | None = None  # servers' windows, interleave, DPA -> DRAM (system.address_map)
 
     @property
     def channels_per_device(self) -> int:
@@ -447,13 +449,28 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
         raise s.error("host_fetch_interleave", f"must be a positive multiple of the {access} B access")
     l2 = parse_l2(s.sub("l2")) if s.has("l2") else None
     pnm = _parse_pnm(s.sub("pnm"), file) if s.has("pnm") else None
+    amap = _parse_address_map(s.sub("address_map", {}), devices, memory)
     s.done()
     if l2 is not None:
         slice_bytes = l2.capacity_bytes // memory.organization.n_channels
         if l2.capacity_bytes % memory.organization.n_channels or slice_bytes % (l2.line_size_bytes * l2.ways):
             raise s.error("l2.capacity", f"{l2.capacity_bytes} B does not slice into whole sets over the device's "
                                          f"{memory.organization.n_channels} channels")
-    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm)
+    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap)
+
+
+def _parse_address_map(s: Section, devices: int, memory: MemoryConfig) -> PoolAddressMap:
+    """`pool.address_map: {ways, granularity, servers, window_base, window_stride}` (archsim.system.address_map);
+    every key optional: all devices one interleave set, 4 KiB chunks, one server."""
+    ways = s.int("ways", devices, minimum=1)
+    granularity = s.parsed("granularity", parse_size_bytes, 4096)
+    servers = s.int("servers", 1, minimum=1)
+    base = s.int("window_base", 1 << 40, minimum=0)
+    stride = s.int("window_stride", minimum=1) if s.has("window_stride") else None
+    s.done()
+    return build_address_map(devices, memory.organization.capacity_bytes, memory.mapping, servers=servers,
+                             ways=ways, granularity_bytes=granularity, window_base=base, window_stride=stride,
+                             where=s.path, file=s.file)
 
 
 def _parse_pnm(s: Section, file: str | None) -> PnmSpec:
