@@ -30,6 +30,21 @@ def _serve(tmp_path: Path, *sets: str, system: str = "gpu-hbm", requests: int = 
     return json.loads(out.read_text())["results"][0]
 
 
+def _plain(tmp_path: Path, *sets: str) -> dict:
+    """The speculative scenario without speculation: 4 requests on gpu-hbm."""
+    plain_path = tmp_path / "plain.yaml"
+    tree = yaml.safe_load((SCENARIOS_DIR / "speculative.yaml").read_text())
+    del tree["scenario"]["speculative"]
+    plain_path.write_text(yaml.safe_dump(tree))
+    out = tmp_path / "plain.json"
+    args = ["serve", "gpu-hbm", "--scenario", str(plain_path), "--requests", "4", "--quiet", "--json", str(out)]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())["results"][0]
+
+
 # ---------------------------------------------------------------- the draws
 @pytest.mark.parametrize(("k", "a"), [(2, 0.5), (4, 0.7), (8, 0.9), (3, 0.0), (5, 1.0)])
 def test_draws_follow_the_truncated_geometric_law(k, a):
@@ -100,16 +115,7 @@ def test_rejected_positions_and_the_draft_are_counted_for_energy(tmp_path):
         512 + si + j for si, vi in zip(s.tolist(), v.tolist(), strict=True) for j in range(vi - 1))
     parts = entry["energy_breakdown_mJ_per_token"]
     assert parts["draft.gpu.flop"] > 0 and parts["draft.gpu.hbm_bit"] > 0
-    plain_path = tmp_path / "plain.yaml"
-    tree = yaml.safe_load((SCENARIOS_DIR / "speculative.yaml").read_text())
-    del tree["scenario"]["speculative"]
-    plain_path.write_text(yaml.safe_dump(tree))
-    out = tmp_path / "plain.json"
-    result = CliRunner().invoke(main, ["serve", "gpu-hbm", "--scenario", str(plain_path), "--requests", "4",
-                                       "--quiet", "--json", str(out), "--set", "scenario.input.value=512",
-                                       "--set", "scenario.output.value=64"])
-    assert result.exit_code == 0, result.output
-    plain = json.loads(out.read_text())["results"][0]["energy_breakdown_mJ_per_token"]
+    plain = _plain(tmp_path, "scenario.input.value=512", "scenario.output.value=64")["energy_breakdown_mJ_per_token"]
     # the weights' FLOPs scale with the positions computed: 4 x 512 prompt + 4 x 63 decode, + the rejected
     computed = 4 * 512 + 4 * 63
     assert parts["gpu.flop"] / plain["gpu.flop"] == pytest.approx((computed + sp["rejected_tokens"]) / computed,
@@ -149,15 +155,7 @@ def test_good_drafts_cut_tpot_and_bad_drafts_cost_more_than_none(tmp_path):
     sets = ("scenario.input.value=1024", "scenario.output.value=400")
     good = _serve(tmp_path, *sets, "scenario.speculative.acceptance=0.9")
     bad = _serve(tmp_path, *sets, "scenario.speculative.acceptance=0")
-    plain_path = tmp_path / "plain.yaml"
-    tree = yaml.safe_load((SCENARIOS_DIR / "speculative.yaml").read_text())
-    del tree["scenario"]["speculative"]
-    plain_path.write_text(yaml.safe_dump(tree))
-    out = tmp_path / "plain.json"
-    result = CliRunner().invoke(main, ["serve", "gpu-hbm", "--scenario", str(plain_path), "--requests", "4",
-                                       "--quiet", "--json", str(out), "--set", sets[0], "--set", sets[1]])
-    assert result.exit_code == 0, result.output
-    plain = json.loads(out.read_text())["results"][0]
+    plain = _plain(tmp_path, *sets)
     assert good["tpot_ms"]["mean"] < 0.7 * plain["tpot_ms"]["mean"]
     assert bad["tpot_ms"]["mean"] > plain["tpot_ms"]["mean"]
     assert bad["speculative"]["draft_ms"] > 0

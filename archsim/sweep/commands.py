@@ -115,14 +115,20 @@ def _systems(inputs: dict[str, Any]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def _resolve_simulate(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def _systems_and(inputs: dict[str, Any], overrides: list[str], other: Path,
+                 prefix: str) -> tuple[list[Any], Any, dict[str, str]]:
+    """The systems' trees, the other input's tree (`other`, overridden by `prefix`) and the files they name."""
     paths = [_system_path(s) for s in _systems(inputs)]
     systems = [_tree(p, _prefixed(overrides, "system.")) for p in paths]
-    wpath = _workload_path(inputs["workload"])
-    workload = _tree(wpath, _prefixed(overrides, "workload."))
+    tree = _tree(other, _prefixed(overrides, prefix))
     files: dict[str, str] = {}
-    for tree, path in (*zip(systems, paths, strict=True), (workload, wpath)):
-        referenced_files(tree, path.parent, files)
+    for t, path in (*zip(systems, paths, strict=True), (tree, other)):
+        referenced_files(t, path.parent, files)
+    return systems, tree, files
+
+
+def _resolve_simulate(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    systems, workload, files = _systems_and(inputs, overrides, _workload_path(inputs["workload"]), "workload.")
     return {"systems": systems, "workload": workload, "contexts": _contexts(inputs.get("contexts")),
             "files": files}
 
@@ -194,13 +200,7 @@ def _serve_options(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resolve_serve(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    paths = [_system_path(s) for s in _systems(inputs)]
-    systems = [_tree(p, _prefixed(overrides, "system.")) for p in paths]
-    spath = _scenario_path(inputs["scenario"])
-    scenario = _tree(spath, _prefixed(overrides, "scenario."))
-    files: dict[str, str] = {}
-    for tree, path in (*zip(systems, paths, strict=True), (scenario, spath)):
-        referenced_files(tree, path.parent, files)
+    systems, scenario, files = _systems_and(inputs, overrides, _scenario_path(inputs["scenario"]), "scenario.")
     return {"systems": systems, "scenario": scenario, **_serve_options(inputs), "files": files}
 
 
