@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from archsim.cli import main
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 
 SPEC = REPO / "configs" / "sweeps" / "pnm-search.yaml"
 
