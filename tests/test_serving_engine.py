@@ -229,6 +229,58 @@ def test_a_pnm_pool_serves_cached_prefixes_in_place():
     assert res.link_bytes["cxl"] == pytest.approx(res.tokens_computed * KV_BYTES_PER_TOKEN, rel=1e-12)
 
 
+def test_a_prefill_into_the_pool_lasts_until_its_kv_is_written():
+    # one request alone: its prefill iteration ends when both the GPU work and the write into the pool are done
+    prompt = 4000
+    compute_ns = COST.iteration_ns(np.array([0]), np.array([prompt]))
+    write_ns = 1000.0 + prompt * KV_BYTES_PER_TOKEN / 4.0      # cxl latency + bytes at 4 GB/s
+    assert write_ns > compute_ns
+    for link_GBps, ttft_ns in ((4.0, write_ns), (400.0, compute_ns)):
+        res = simulate(table([0.0], [prompt], [5]), spec(lower="pool", kv_home=1, link_GBps=link_GBps), COST)
+        assert _ttft(res)[0] == pytest.approx(ttft_ns, rel=1e-12)
+        assert res.link_write_busy_ns["cxl"] == pytest.approx(prompt * KV_BYTES_PER_TOKEN / link_GBps, rel=1e-12)
+
+
+def test_prefill_writes_of_two_instances_share_the_pool_links_write_direction():
+    prompt, link_GBps = 4000, 4.0
+    one = 1000.0 + prompt * KV_BYTES_PER_TOKEN / link_GBps
+    res = simulate(table([0.0, 0.0], [prompt, prompt], [5, 5]),
+                   spec(lower="pool", kv_home=1, link_GBps=link_GBps, instances=2), COST)
+    assert list(res.instance) == [0, 1]
+    assert _ttft(res) == pytest.approx([1000.0 + 2 * (one - 1000.0)] * 2, rel=1e-12)   # processor sharing
+
+
+def test_write_through_is_timed_on_the_other_direction_and_delays_no_one():
+    # HBM home: the prompt's blocks go down to host DRAM after its prefill; nobody waits for that write
+    prompt, link_GBps = 4000, 1.0
+    res = simulate(table([0.0], [prompt], [50]), spec(lower="host_dram", link_GBps=link_GBps), COST)
+    alone = simulate(table([0.0], [prompt], [50]), spec(), COST)
+    assert res.last_token_ns[0] == alone.last_token_ns[0]
+    written = prompt // 16 * 16 * KV_BYTES_PER_TOKEN
+    assert res.link_write_busy_ns["pcie"] == pytest.approx(written / link_GBps, rel=1e-12)
+    assert res.link_busy_ns["pcie"] == 0
+
+
+def test_a_swapped_sequence_comes_back_only_after_its_swap_out_lands(monkeypatch):
+    swaps: dict[int, list[tuple[str, float, float]]] = {}
+    real = engine._Engine._transfer
+
+    def spy(self, tier, size_bytes, what, who, t):
+        if what in (engine.X_SWAP_OUT, engine.X_SWAP_IN):
+            swaps.setdefault(who, []).append(("out" if what == engine.X_SWAP_OUT else "in", t, size_bytes))
+        return real(self, tier, size_bytes, what, who, t)
+
+    monkeypatch.setattr(engine._Engine, "_transfer", spy)
+    link_GBps = 0.5
+    res = simulate(poisson(120, 50.0, 200, 400, seed=11),
+                   spec(hbm_tokens=6000, lower="host_dram", preemption="swap", link_GBps=link_GBps), COST)
+    assert res.completed.all() and res.swap_out_bytes > 0
+    for events in swaps.values():      # out, in, out, in, ...: the swap-in starts once the swap-out landed
+        assert [kind for kind, _, _ in events] == ["out", "in"] * (len(events) // 2)
+        for (_, t_out, size), (_, t_in, _) in zip(events[::2], events[1::2], strict=True):
+            assert t_in >= t_out + 2000.0 + size / link_GBps
+
+
 def test_decode_stream_rereads_the_kv_every_step():
     reqs = poisson(20, 0.5, 1000, 30, seed=19)
     load = simulate(reqs, spec(lower="host_dram"), COST)

@@ -16,7 +16,8 @@ Times (`ts`, `dur`) are microseconds, as the format wants; `displayTimeUnit` onl
   queued (arrival to the start of its KV load or prefill), KV load, prefill (to its first token), decode (first
   to last token); a counter of the system's requests in flight; after the requests' threads, each instance's
   batch iterations and each link's timed transfers (on lanes where they overlap), from the run's
-  `ServingResult.activity` (archsim/serving/activity.py). KV writes away from the GPUs are not timed, so not drawn.
+  `ServingResult.activity` (archsim/serving/activity.py), writes away from the GPUs on their link's own direction.
+  Decode appends are counted, not timed, so not drawn.
 
 `--timeline-window START:END` (durations with units, e.g. `0:20us`; either side may be empty) keeps the events
 that overlap the window, cut to it; `--timeline-requests N` keeps the first N requests (in trace or request
@@ -327,7 +328,7 @@ def command_log_counts(log: Any, start_cycle: int, end_cycle: int) -> dict[tuple
 def serving_timeline(runs: Sequence[Any], window: Window, source: str = "") -> Timeline:
     """Each system's requests' lives (see the module docstring); `runs` are archsim.serving.run.SystemRuns."""
     t = Timeline(metadata={"source": source, "kind": "serve", "window": window.as_dict(),
-                           "not_in_timeline": ["KV writes away from the GPUs (counted in bytes, not timed)"]})
+                           "not_in_timeline": ["decode appends and demotions (counted in bytes, not timed)"]})
     omitted_requests = omitted_slices = 0
     for pid, run in enumerate(runs, start=1):
         t.name_process(pid, f"{run.system.name} ({run.status})", pid)

@@ -1,13 +1,14 @@
 """What a serving run did over time, kept only when asked (`serve --timeline`): every batch iteration of every
 instance (start, end, sequences, new tokens, prefill chunks) and every timed link transfer (link, start, end,
-bytes, what it moved). Writes away from the GPUs are counted, not timed (archsim/serving/engine.py), so they
-are not here."""
+bytes, what it moved), writes away from the GPUs on their own direction of the link. Decode appends are counted,
+not timed (archsim/serving/engine.py), so they are not here."""
 
 from __future__ import annotations
 
 import numpy as np
 
-TRANSFER_KINDS = ("KV load", "swap-in", "KV stream")  # engine.X_LOAD, X_SWAP_IN, X_ITER
+# engine.X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT
+TRANSFER_KINDS = ("KV load", "swap-in", "KV stream", "write-through", "move", "prefill write", "swap-out")
 
 
 class ActivityLog:

@@ -16,10 +16,15 @@ blocks are looked up: blocks in the home are free; blocks in a lower tier are ei
 link (a processor-sharing transfer on archsim.serving.transfers, so concurrent loads slow each other; the
 sequence joins the batch when its load lands) or recomputed, whichever the costs say is faster; misses are
 prefilled. Prefill writes its KV through to the tier below HBM, and a finished turn writes its output blocks,
-so later turns and other instances hit them (writes go the other way over the full-duplex links and are
-overlapped with compute: counted, not timed). A sequence whose KV alone exceeds HBM lives in the tier below
-and streams: its KV is re-read over the link every iteration it is in (as is everyone's with `decode: stream`);
-such an iteration lasts until both the GPU work and the stream are done (per-layer overlap).
+so later turns and other instances hit them. Writes go the other way over the full-duplex links, each direction
+shared by processor sharing of its own: the KV a prefill chunk writes into a tier below HBM (a pool home) is part
+of its iteration, which lasts until both the GPU work and the write are done (per-layer overlap); write-through
+and swap-outs are timed in the background (nobody waits, but they share the direction's bandwidth, and a swapped
+sequence is not swapped in before its swap-out lands); decode appends, one token per sequence, are counted, not
+timed (a batch of 256 appends 80 MiB of a 70B model's KV, 1.3 ms at 64 GB/s, against a step of tens of ms).
+A sequence whose KV alone exceeds HBM lives in the tier below and streams: its KV is re-read over the link every
+iteration it is in (as is everyone's with `decode: stream`); such an iteration lasts until both the GPU work and
+the stream are done (per-layer overlap).
 
 Stretches of pure decode (every running sequence decoding, nothing admissible) run on a fast path: the same
 iterations back to back without events, up to the next event that could change the batch; a test holds it to
@@ -54,13 +59,15 @@ from archsim.serving.pool_l2 import PoolL2Sampler
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
 from archsim.serving.speculative import Speculation, draft_ns, draft_work, emitted_tokens
-from archsim.serving.transfers import LinkSharing, links_of_tiers
+from archsim.serving.transfers import Link, LinkSharing, links_of_tiers, write_link_name
 from archsim.serving.utilization import Intervals, utilization_over_time
 from archsim.system.multi_token import QUERIES_MAX
 
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
 EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
-X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE = range(5)  # what a finished transfer wakes
+# what a finished transfer wakes (activity.TRANSFER_KINDS names them in this order)
+X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT = range(7)
+WRITES = (X_WRITE, X_ITER_WRITE, X_SWAP_OUT)           # away from the GPUs: the links' other direction
 REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS = 1, 2, 3
 
 
@@ -90,7 +97,7 @@ class ServingResult:
     swap_in_bytes: float
     handover_bytes: float          # KV a decode instance loaded from a prefill instance (disaggregation)
     link_bytes: dict[str, float]
-    link_busy_ns: dict[str, float]
+    link_busy_ns: dict[str, float]   # per link, towards the GPUs
     peak_pinned_blocks: np.ndarray  # int64[tiers]: most blocks running sequences held in one copy of the tier
     capacity_blocks: np.ndarray     # int64[tiers]
     iterations: int
@@ -115,6 +122,7 @@ class ServingResult:
     verifier_rows: np.ndarray | None = None  # bool[n]: the rows that model ran (RequestTable.verifier)
     pool_decode_tokens: tuple[int, int] = (0, 0)  # KV tokens the pool's decode attention read, and fetched
     kv_fetched_bytes: float = 0.0        # KV decode and verification attention fetched from the KV's memory
+    link_write_busy_ns: dict[str, float] | None = None  # per link, away from the GPUs (timed writes)
 
     @property
     def mean_inflight(self) -> float:
@@ -256,14 +264,18 @@ class _Engine:
     # -- construction --------------------------------------------------------------------------------------
 
     def _build_links(self) -> None:
-        """Transfers towards the GPU (loads, swap-ins, streams) share each link by processor sharing. Writes
-        away from it (prefill write-through, a pool's KV appends, swap-outs, demotions) use the other direction
-        of these full-duplex links and nobody waits for them (overlapped layer by layer): they are counted,
-        not timed."""
-        self.links = LinkSharing(links_of_tiers(self.spec.tiers))
+        """Transfers towards the GPU (loads, swap-ins, streams) share each link by processor sharing; writes
+        away from it (prefill chunks into a pool, write-through, swap-outs) share the link's other direction
+        (`write_link`, the same bandwidth and latency: the links are full duplex). Decode appends and
+        demotions are counted, not timed."""
+        reads = links_of_tiers(self.spec.tiers)
+        self.write_link = {link.name: write_link_name(link.name) for link in reads}
+        writes = [Link(self.write_link[link.name], link.bandwidth_GBps, link.latency_ns) for link in reads]
+        self.links = LinkSharing(reads + writes)
         self.link_of_tier = [tier.link for tier in self.spec.tiers]
-        self.link_spec = {link.name: link for link in links_of_tiers(self.spec.tiers)}
-        self.written_bytes = dict.fromkeys(self.link_spec, 0.0)
+        self.link_spec = {link.name: link for link in reads}
+        self.written_bytes = dict.fromkeys(self.link_spec, 0.0)   # counted, not timed
+        self.swapping_out = np.zeros(len(self.table), dtype=bool)
         self.transfer_of: dict[int, tuple[int, int]] = {}     # transfer id -> (what, who)
         self.link_version = 0
         pools = [k for k, tier in enumerate(self.spec.tiers) if tier.kind == "pool"]
@@ -351,8 +363,13 @@ class _Engine:
         self.batch: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * k
         self.queued_tokens = np.zeros(k, dtype=np.int64)   # input + output tokens of each instance's requests
         self.rr_next = 0
-        self.heap: list[tuple[float, int, int, int]] = []        # arrivals and transfers
+        self.heap: list[tuple[float, int, int, int]] = []        # arrivals
         self.iter_heap: list[tuple[float, int, int, int]] = []   # iteration ends, one per busy instance
+        self.link_heap: list[tuple[float, int, int, int]] = []   # the links' next completion (by version)
+        # the next completion wakes nobody (a write-through); then `wake_floor` bounds the next one that does:
+        # (start + latency + bytes / bandwidth, transfer id) of every transfer someone waits for
+        self.quiet_next = False
+        self.wake_floor: list[tuple[float, int]] = []
         later = self.table.prev >= 0
         # a finished turn's successor arrives no sooner than this after it (bounds the decode fast path)
         self.min_think_ns = float(self.table.think_ns[later].min()) if later.any() else math.inf
@@ -378,12 +395,9 @@ class _Engine:
             raise ArchsimError(f"request {r} starts a session but has no arrival time", where="requests")
         for r in first.tolist():
             heapq.heappush(self.heap, (float(self.arrival[r]), EV_ARRIVAL, r, 0))
-        heap, iters = self.heap, self.iter_heap
-        while heap or iters:
-            if iters and (not heap or iters[0] < heap[0]):
-                t, kind, a, b = heapq.heappop(iters)
-            else:
-                t, kind, a, b = heapq.heappop(heap)
+        heaps = (self.heap, self.iter_heap, self.link_heap)
+        while any(heaps):
+            t, kind, a, b = heapq.heappop(min((h for h in heaps if h), key=lambda h: h[0]))
             if kind == EV_ITER:
                 self._iteration_part_done(a, t)
             elif kind == EV_ARRIVAL:
@@ -555,7 +569,7 @@ class _Engine:
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
         t_start = t
-        bound = self.heap[0][0] if self.heap else math.inf
+        bound = min(self.heap[0][0] if self.heap else math.inf, self._link_bound())
         if self.iter_heap:
             others = self.iter_heap[0][0]
             coupled = self.base > 0 or self.auto or self.routable < self.spec.instances
@@ -610,6 +624,15 @@ class _Engine:
                     tokens = done * first + n * done * (done - 1) / 2 + n * done
                     self.pool_bytes.add(t_start, t, tokens * self.kvb)
         return t
+
+    def _link_bound(self) -> float:
+        """No transfer anyone waits for completes before this (the fast path's bound from the links)."""
+        if not self.quiet_next:
+            return self.link_heap[0][0] if self.link_heap else math.inf
+        floor = self.wake_floor
+        while floor and floor[0][1] not in self.transfer_of:
+            heapq.heappop(floor)
+        return floor[0][0] if floor else math.inf
 
     def _add_prefill(self, r: int, chunk: int, t: float, ids: list, news: list, prefill: list) -> None:
         if np.isnan(self.prefill_start[r]):
@@ -721,8 +744,7 @@ class _Engine:
         below = self.base + v + 1
         if self.spec.preemption == "swap" and below < self.T:
             size = float(self.ctx[r] * self.kvb)
-            self._transfer(below, size, X_WRITE, r, t)
-            self._pool_write(below, size, t)
+            self.swapping_out[r] = self._transfer(below, size, X_SWAP_OUT, r, t)
             self.tier_write[below] += size
             self.swap_out_bytes += size
             self.swapped[r] = True
@@ -1082,6 +1104,8 @@ class _Engine:
         self._schedule(d, t)
 
     def _swap_in(self, i: int, r: int, t: float, handover: bool = False) -> int | None:
+        if self.swapping_out[r]:       # its KV is not in the tier below yet; the swap-out's end reschedules
+            return None
         v = int(self.res[r])
         nblocks = -(-int(self.ctx[r] + 1) // self.bt)
         keys = self._seq_keys(r, nblocks)
@@ -1135,11 +1159,16 @@ class _Engine:
         written = news * self.kvb
         res = self.res[ids]
         for v in np.unique(res).tolist():
-            size = float(written[res == v].sum())
+            rows = res == v
+            size = float(written[rows].sum())
             self.tier_write[self.base + v] += size
             if self.base + v > 0:
-                # KV a pool (or a streamed tier) holds is written over its link
-                self._transfer(self.base + v, size, X_WRITE, i, t)
+                # KV a pool (or a streamed tier) holds is written over its link: prefill chunks timed, as part
+                # of the iteration; decode appends counted
+                chunks = float(written[rows & prefill].sum())
+                if self._transfer(self.base + v, chunks, X_ITER_WRITE, i, t):
+                    self.parts_left[i] += 1
+                self.written_bytes[self.link_of_tier[self.base + v]] += size - chunks
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
@@ -1233,7 +1262,6 @@ class _Engine:
         size = float((lower.counters.insertions - before) * self.block_bytes)
         self.tier_write[1] += size
         self._transfer(1, size, X_WRITE, r, t)
-        self._pool_write(1, size, t)
 
     def _complete(self, i: int, r: int, t: float) -> None:
         self.last_ns[r] = t
@@ -1259,49 +1287,51 @@ class _Engine:
     # -- transfers -----------------------------------------------------------------------------------------
 
     def _transfer(self, tier: int, size_bytes: float, what: int, who: int, t: float) -> bool:
-        """Move KV over the link of `tier`: a write is counted; anything else is a timed transfer whose end
-        wakes `who`. False when nothing is timed."""
+        """Move KV over the link of `tier`, a write (WRITES) in its direction away from the GPUs: a timed
+        transfer whose end wakes `who`. False when there is nothing to move."""
         if size_bytes <= 0:
             return False
         name = self.link_of_tier[tier]
-        if what == X_WRITE:
-            self.written_bytes[name] += size_bytes
-            return False
+        if what in WRITES:
+            name = self.write_link[name]
         tid = self.links.start(name, size_bytes, t)
         self.transfer_of[tid] = (what, who)
-        if self.pool_bytes is not None and tier == self.pool_index and what != X_ITER:  # a stream counts per iteration
-            self.pool_transfer[tid] = (t, size_bytes)
+        if what != X_WRITE:
+            link = self.links.link(name)
+            heapq.heappush(self.wake_floor, (t + link.latency_ns + size_bytes / link.bandwidth_GBps, tid))
+        if self.pool_bytes is not None and tier == self.pool_index and what not in (X_ITER, X_ITER_WRITE):
+            self.pool_transfer[tid] = (t, size_bytes)    # an iteration's reads and writes count with it
         if self.activity is not None:
             self.activity.transfer_started(tid, name, size_bytes, what, t)
         self._recheck_links()
         return True
 
-    def _pool_write(self, tier: int, size_bytes: float, t: float) -> None:
-        """A write into the pool that takes no link time (write-through, swap-out) counts at its instant."""
-        if self.pool_bytes is not None and tier == self.pool_index:
-            self.pool_bytes.add(t, t, size_bytes)
-
     def _recheck_links(self) -> None:
         self.link_version += 1
         nxt = self.links.next_completion()
+        self.quiet_next = nxt is not None and self.transfer_of[nxt[1]][0] == X_WRITE
         if nxt is not None:
-            self._push(nxt[0], EV_LINK, 0, self.link_version)
+            heapq.heappush(self.link_heap, (nxt[0], EV_LINK, 0, self.link_version))
 
     def _link_check(self, version: int, t: float) -> None:
         if version != self.link_version:
             return
-        for _, tid in self.links.advance(t):
+        for t_done, tid in self.links.advance(t):   # a write-through may have landed before t unseen
             if self.activity is not None:
-                self.activity.transfer_done(tid, t)
-            self._transfer_done(*self.transfer_of.pop(tid), t)
+                self.activity.transfer_done(tid, t_done)
+            self._transfer_done(*self.transfer_of.pop(tid), t_done)
             started = self.pool_transfer.pop(tid, None)
             if started is not None:
-                self.pool_bytes.add(started[0], t, started[1])
+                self.pool_bytes.add(started[0], t_done, started[1])
         self._recheck_links()
 
     def _transfer_done(self, what: int, who: int, t: float) -> None:
-        if what == X_ITER:
+        if what in (X_ITER, X_ITER_WRITE):
             self._iteration_part_done(who, t)
+        elif what == X_SWAP_OUT:
+            self.swapping_out[who] = False
+            if self.state[who] == WAITING:
+                self._schedule(int(self.inst[who]), t)
         elif what in (X_LOAD, X_SWAP_IN, X_MOVE):
             self.xfers_left[who] -= 1
             if self.xfers_left[who]:
@@ -1340,7 +1370,7 @@ class _Engine:
     def _result(self, wall_s: float) -> ServingResult:
         tier_write = self.tier_write.copy()
         link_bytes = {name: self.links.counters(name).bytes_started + self.written_bytes[name]
-                      for name in self.link_spec}
+                      + self.links.counters(self.write_link[name]).bytes_started for name in self.link_spec}
         seen: set[int] = set()
         for view in self.views:             # evicted blocks demoted to a lower tier cross its link (untimed)
             for v, tier in enumerate(view.tiers):
@@ -1365,6 +1395,7 @@ class _Engine:
             swap_out_bytes=self.swap_out_bytes, swap_in_bytes=self.swap_in_bytes,
             handover_bytes=self.handover_bytes,
             link_bytes=link_bytes, link_busy_ns={name: self.links.counters(name).busy_ns for name in self.link_spec},
+            link_write_busy_ns={name: self.links.counters(self.write_link[name]).busy_ns for name in self.link_spec},
             peak_pinned_blocks=self.peak_pinned.copy(), capacity_blocks=self.cap_blocks.copy(),
             iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
             events=self.arrivals + self.iterations + self.completions,
@@ -1405,5 +1436,6 @@ class _Engine:
 
     def _utilization(self) -> dict | None:
         busy = {name: self.links.busy_periods(name) for name in self.link_spec}
+        busy.update({self.write_link[name]: self.links.busy_periods(self.write_link[name]) for name in self.link_spec})
         pool = self.pool_bytes.arrays() if self.pool_bytes is not None else None
         return utilization_over_time((self.span_start, self.span_end), busy, pool, self.spec.pool_dram_GBps)

@@ -72,7 +72,8 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
                                    "written": float(result.tier_write_bytes[t])}
                        for t, tier in enumerate(result.spec.tiers)},
         "link_bytes": dict(result.link_bytes),
-        "link_utilization": _utilization(result),
+        "link_utilization": _utilization(result.link_busy_ns, result),
+        "link_write_utilization": _utilization(result.link_write_busy_ns or {}, result),
         "utilization_over_time": result.utilization,
         "iterations": int(result.iterations),
         "events": int(result.events),
@@ -116,6 +117,7 @@ def _hit_rate_by_tier(result: ServingResult, ids: np.ndarray) -> dict[str, float
     return {tier.name: (float(hits[t] / prompt) if prompt else None) for t, tier in enumerate(result.spec.tiers)}
 
 
-def _utilization(result: ServingResult) -> dict[str, float | None]:
+def _utilization(busy_ns: dict[str, float], result: ServingResult) -> dict[str, float | None]:
+    """Each link's busy fraction of the run's span, in one direction."""
     span = result.span_end_ns - result.span_start_ns
-    return {name: (float(busy / span) if span > 0 else None) for name, busy in result.link_busy_ns.items()}
+    return {name: (float(busy / span) if span > 0 else None) for name, busy in busy_ns.items()}

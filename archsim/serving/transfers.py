@@ -151,6 +151,9 @@ class LinkSharing:
     def names(self) -> list[str]:
         return list(self._links)
 
+    def link(self, name: str) -> Link:
+        return self._links[name].link
+
     def start(self, link: str, size_bytes: float, now_ns: float) -> int:
         """Start a transfer at now_ns (>= the last time given); returns its id."""
         if link not in self._links:
@@ -240,6 +243,12 @@ def links_of_tiers(tiers: Iterable) -> list[Link]:
                              f"{link.latency_ns} ns here but {links[link.name].bandwidth_GBps} GB/s, "
                              f"{links[link.name].latency_ns} ns for an earlier tier")
     return list(links.values())
+
+
+def write_link_name(name: str) -> str:
+    """The direction of link `name` away from the GPUs: "pool->gpu" gives "gpu->pool"."""
+    head, sep, tail = name.partition("->")
+    return f"{tail}->{head}" if sep else f"{name} (write)"
 
 
 def concurrent_transfer_ns(size_bytes: float, n: int, bandwidth_GBps: float, latency_ns: float = 0.0) -> float:
