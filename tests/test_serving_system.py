@@ -371,6 +371,40 @@ def test_mooncake_hit_rate_is_the_infinite_cache_bound_and_falls_with_capacity()
     assert rates[-1] < 0.5 * rates[0]
 
 
+# -- KV shared across instances -------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("system", ["g25", "g25-nopnm"])
+def test_a_prefix_one_instance_computed_is_reused_by_another_through_the_pool(system):
+    # two instances of tensor_parallel 4 over the 8 GPUs, round robin: a group's later requests often land on
+    # the instance that did not compute its 17,408-token prefix, and find it in the pool
+    system_set = ("system.serving.tensor_parallel=4",)
+    scenario_set = ["scenario.shared_prefix.groups=4", "scenario.shared_prefix.fraction=1.0",
+                    "scenario.arrivals.rate_per_s=0.02"]
+    table, spec, _, res = _serve(system, "shared-prefix", 40, scenario_set=scenario_set, system_set=system_set)
+    assert spec.instances == 2 and res.completed.all()
+    prefix_blocks = 17408 // spec.block_tokens
+    pool = next(t for t, tier in enumerate(spec.tiers) if tier.kind == "pool")
+    seen: dict[int, set[int]] = {}                   # prefix group -> instances that hold it
+    crossed = 0
+    for r in np.argsort(res.arrival_ns, kind="stable").tolist():
+        group, i = int(table.keys(r)[0]), int(res.instance[r])
+        holders = seen.setdefault(group, set())
+        if holders and i not in holders:             # computed only on the other instance so far
+            crossed += 1
+            assert res.hit_blocks[r, pool] >= prefix_blocks
+            if spec.kv_home == pool:                 # PNM: attention reads it in place
+                assert res.loaded_blocks[r].sum() == 0
+            else:                                    # loaded into this instance's HBM over the link
+                assert res.loaded_blocks[r, pool] >= prefix_blocks
+        elif holders:                                # its own instance has it: HBM, or the pool it lives in
+            assert res.hit_blocks[r, spec.kv_home] >= prefix_blocks
+        else:
+            assert res.hit_blocks[r].sum() == 0      # the group's first request computes the prefix
+        holders.add(i)
+    assert crossed >= 3
+
+
 # -- determinism ---------------------------------------------------------------------------------------------
 
 @pytest.mark.slow       # about 35 s: two whole processes, each filling G2.5's decode-step grid
