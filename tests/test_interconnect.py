@@ -57,6 +57,26 @@ def test_a_flow_limited_elsewhere_leaves_its_share_to_the_others():
     assert rates == pytest.approx([25.0, 25.0, 10.0], rel=1e-12)
 
 
+def test_a_group_k_times_another_links_k_consecutive_members_to_each():
+    # 16 GPUs in 2 servers: gpu0-7 reach server0's switch, gpu8-15 server1's; each server has one uplink
+    topo = Topology.from_mapping({
+        "endpoints": {"gpu": {"count": 16}, "pool": None},
+        "switches": {"server": {"count": 2, "ports": 9, "latency": "0ns"}, "core": {"ports": 4, "latency": "0ns"}},
+        "links": {"pcie": link("gpu", "server"), "uplink": link("server", "core", "80GB/s"),
+                  "pool_link": link("core", "pool", "1000GB/s")},
+    })
+    assert [topo.route(f"gpu{i}", "pool").nodes[1] for i in range(16)] == ["server0"] * 8 + ["server1"] * 8
+    # server0's eight GPUs split its uplink; server1's one loading GPU has the other alone
+    rates = allocate(topo, [Flow("pool", f"gpu{i}", 1e6) for i in (*range(8), 8)])
+    assert rates == pytest.approx([10.0] * 8 + [80.0], rel=1e-12)
+    bad = {"endpoints": {"gpu": {"count": 16}, "pool": None},
+           "switches": {"server": {"count": 3, "ports": 9, "latency": "0ns"}},
+           "links": {"pcie": link("gpu", "server"), "pool_link": link("server", "pool")}}
+    with pytest.raises(ConfigError, match="multiple") as err:
+        Topology.from_mapping(bad)
+    assert err.value.where == "interconnect.links.pcie.to"
+
+
 def test_classic_max_min_example_on_resources():
     # resource 0 (cap 10) carries A and B; resource 1 (cap 4) carries B, C, D: r1 fills first at 4/3 each,
     # then A takes everything B leaves on r0
@@ -223,7 +243,8 @@ def test_endpoints_do_not_forward_and_unreachable_endpoints_are_named():
         (lambda d: d["switches"]["sw"].update(ports=3), "interconnect.switches.sw.ports"),
         (lambda d: d["endpoints"].update(sw=None), "interconnect.switches.sw"),  # name taken by the endpoint
         (lambda d: d["links"].update(again=link("gpu", "sw")), "interconnect.links.again.to"),
-        (lambda d: d["links"].update(pair=link("gpu", "nic")), "interconnect.links.pair.to"),
+        (lambda d: (d["switches"]["nic"].update(count=3), d["links"].update(pair=link("gpu", "nic"))),
+         "interconnect.links.pair.to"),                                  # 4 GPUs do not split over 3
     ],
 )
 def test_config_errors_name_the_dotted_path(mutate, where):

@@ -18,7 +18,9 @@ A link is full duplex: `bandwidth` is the raw rate of one direction of one link 
 other direction differs, e.g. an SSD's write rate); `count` bonds identical links (bandwidth and ports x count);
 `efficiency` is the payload fraction left after line coding, framing and headers, so the usable rate of a
 direction is bandwidth x count x efficiency. A group (`count: N`) on one side of a link makes one link per
-member (`host_link0` ..); groups on both sides pair members up. Endpoints never forward traffic: only switches
+member (`host_link0` ..); groups on both sides pair members up, or, when one has k times the other's members,
+link k consecutive members to each of the other's (`gpu: {count: 16}` to `server: {count: 2}`: gpu0-7 to
+server0). Endpoints never forward traffic: only switches
 do (model a NIC or a root complex that forwards as a switch).
 """
 
@@ -275,11 +277,15 @@ def parse_topology(section: Section) -> Topology:
             raise sub.error("energy_pJ_per_bit", f"must be >= 0, got {energy}")
         sub.done()
         a_list, b_list = ends
-        if len(a_list) > 1 and len(b_list) > 1 and len(a_list) != len(b_list):
-            raise sub.error("to", f"cannot pair {len(a_list)} members with {len(b_list)}")
-        n = max(len(a_list), len(b_list))
+        small, big = sorted((len(a_list), len(b_list)))
+        if small > 1 and big % small:
+            raise sub.error("to", f"cannot pair {len(a_list)} members with {len(b_list)} (one count must be a "
+                                  "multiple of the other)")
+        n = big
         for i in range(n):
-            a, b = a_list[i if len(a_list) > 1 else 0], b_list[i if len(b_list) > 1 else 0]
+            # equal groups pair up; a group k times the other's size links k consecutive members to each of its
+            # (eight GPUs to their server's switch); a single member links to every member of the other side
+            a, b = a_list[i * len(a_list) // n], b_list[i * len(b_list) // n]
             name = group if n == 1 else f"{group}{i}"
             if a == b:
                 raise sub.error("to", f"link {name!r} connects {a!r} to itself")
