@@ -15,3 +15,12 @@ def test_results_doc_table_matches_the_simulator():
     results = run_comparison([load_system_config(s) for s in SYSTEMS], load_workload(WORKLOAD))
     table = comparison_table(results)
     assert table in DOC.read_text(), "docs/results.md is stale: run `python -m archsim.system.results_doc`"
+
+
+@pytest.mark.slow     # about 100 s: the serving table's runs (5 scenarios x their systems) and the fabric's
+def test_results_doc_serving_tables_match_fresh_runs():
+    from archsim.serving.results_doc import fabric_rows, rows
+
+    doc = DOC.read_text()
+    for line in rows() + fabric_rows():
+        assert line in doc, f"docs/results.md is stale at {line[:80]!r}: run `python -m archsim.system.results_doc`"
