@@ -261,6 +261,41 @@ def test_write_through_is_timed_on_the_other_direction_and_delays_no_one():
     assert res.link_busy_ns["pcie"] == 0
 
 
+def _servers_spec(pool_side_GBps: float, port_GBps: float = 4.0, servers: int = 2):
+    sp = spec(lower="pool", kv_home=1, link_GBps=pool_side_GBps, instances=2, servers=servers)
+    return replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=port_GBps)))
+
+
+def test_two_servers_on_one_pool_port_wait_longer_than_on_two():
+    # one prefill on each server at once, each writing its KV into the pool over its server's 4 GB/s port and
+    # the pool's side: with 8 GB/s there each moves at 4, with 4 GB/s (one port for both) at 2
+    prompt = 4000
+    size = prompt * KV_BYTES_PER_TOKEN
+    reqs = table([0.0, 0.0], [prompt, prompt], [5, 5])
+    two = simulate(reqs, _servers_spec(8.0), COST)
+    one = simulate(reqs, _servers_spec(4.0), COST)
+    assert list(two.instance) == [0, 1] and two.spec.server_of(1) == 1
+    assert _ttft(two) == pytest.approx([1000.0 + size / 4.0] * 2, rel=1e-9)
+    assert _ttft(one) == pytest.approx([1000.0 + size / 2.0] * 2, rel=1e-9)
+    # each prefill and its four decode appends crossed its own port and the shared side, which carried both
+    each = size + 4 * KV_BYTES_PER_TOKEN
+    assert two.link_bytes["cxl (server0)"] == two.link_bytes["cxl (server1)"] == pytest.approx(each, rel=1e-12)
+    assert two.link_bytes["cxl"] == pytest.approx(2 * each, rel=1e-12)
+    # a port of its own: two instances on one server share it, on two servers they do not
+    same = simulate(reqs, _servers_spec(8.0, servers=1), COST)
+    assert _ttft(same) == pytest.approx([1000.0 + size / 4.0] * 2, rel=1e-9)   # one 8 GB/s link for both
+
+
+def test_several_servers_need_a_port_and_whole_instances():
+    reqs = table([0.0], [100], [5])
+    with pytest.raises(ConfigError, match="port") as err:
+        simulate(reqs, _servers_spec(8.0, port_GBps=0.0), COST)
+    assert err.value.where == "system.kv.tiers[1].endpoint"
+    with pytest.raises(ConfigError, match="split evenly") as err:
+        simulate(reqs, _servers_spec(8.0, servers=3), COST)
+    assert err.value.where == "system.servers"
+
+
 def test_a_swapped_sequence_comes_back_only_after_its_swap_out_lands(monkeypatch):
     swaps: dict[int, list[tuple[str, float, float]]] = {}
     real = engine._Engine._transfer

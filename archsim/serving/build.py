@@ -38,10 +38,18 @@ def serving_workload(system: SystemConfig, shape: ModelShape, dtype: str, max_co
     if shape.attention != "mla" and shape.kv_cache_heads % tp and tp % shape.kv_cache_heads:
         raise ConfigError(f"{shape.kv_cache_heads} KV heads do not split over tensor_parallel {tp}",
                           file=system.file, where="system.serving.tensor_parallel")
+    per_server = system.gpus_per_server
+    if system.servers > 1 and (tp > per_server or per_server % tp):
+        raise ConfigError(f"tensor_parallel {tp} does not split a server's {per_server} GPUs (an instance stays "
+                          f"in one of the {system.servers} servers)", file=system.file,
+                          where="system.serving.tensor_parallel")
     instances = serving.instances if serving.instances is not None else system.gpus.count // tp
     if instances * tp > system.gpus.count:
         raise ConfigError(f"{instances} instances x tensor_parallel {tp} need more than the system's "
                           f"{system.gpus.count} GPUs", file=system.file, where="system.serving.instances")
+    if instances % system.servers:
+        raise ConfigError(f"{instances} instances do not split evenly over {system.servers} servers",
+                          file=system.file, where="system.serving.instances")
     base = Workload(scenario, "", shape, dtype, 1, tp, instances, (0,), 1, system.file or "<system>", max_context)
     return instance_workload(base, instances)
 
@@ -68,7 +76,10 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
             capacity = system.pool.capacity_bytes
         assert capacity is not None and t.endpoint is not None
         rate, latency = _link(system, t.endpoint, tp)
-        tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute))
+        server_rate = 0.0
+        if system.servers > 1:       # the pool side at what every GPU reaches together, each server's own port
+            rate, server_rate = _server_links(system, t.endpoint)
+        tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute, server_rate))
     if serving.prefill_instances and not 1 <= serving.prefill_instances < instances:
         raise ConfigError(f"disaggregation needs 1 <= prefill_instances < instances ({instances}), got "
                           f"{serving.prefill_instances}", file=system.file, where="system.serving.prefill_instances")
@@ -83,7 +94,7 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
         max_context_tokens=max_context, decode=system.kv_decode, disaggregated=serving.prefill_instances > 0,
         prefill_instances=serving.prefill_instances,
         placement="auto" if system.kv_placement == "auto" else "fixed", replan_tokens=system.kv_replan_tokens,
-        pool_dram_GBps=pool_peak_GBps(system))
+        pool_dram_GBps=pool_peak_GBps(system), servers=system.servers)
     try:
         validate(spec)
     except ConfigError as exc:
@@ -100,6 +111,17 @@ def _link(system: SystemConfig, endpoint: str, tp: int) -> tuple[float, float]:
     alone = analytic_share_GBps(topology, mine, endpoint, None) * len(mine)
     together = analytic_share_GBps(topology, every, endpoint, None) * len(mine)
     return min(alone, together), route_latency_ns(topology, endpoint, mine[0])
+
+
+def _server_links(system: SystemConfig, endpoint: str) -> tuple[float, float]:
+    """Several servers: GB/s every GPU of the system reaches from `endpoint` when all load at once (the shared
+    pool side), and GB/s one server's GPUs reach alone (its port, and anything else on its route)."""
+    topology = system.topology
+    assert topology is not None
+    every = system.gpu_endpoints(system.gpus.count)
+    server = every[:system.gpus_per_server]
+    together = analytic_share_GBps(topology, every, endpoint, None) * len(every)
+    return together, analytic_share_GBps(topology, server, endpoint, None) * len(server)
 
 
 def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> StepCostTable | SplitCost:

@@ -55,11 +55,12 @@ from archsim.errors import ArchsimError, ConfigError
 from archsim.serving.activity import ActivityLog
 from archsim.serving.gpu_l2 import GpuL2Sampler
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
+from archsim.serving.paths import PathSharing
 from archsim.serving.pool_l2 import PoolL2Sampler
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
 from archsim.serving.speculative import Speculation, draft_ns, draft_work, emitted_tokens
-from archsim.serving.transfers import Link, LinkSharing, links_of_tiers, write_link_name
+from archsim.serving.transfers import Link, LinkSharing, links_of_tiers, server_link_name, write_link_name
 from archsim.serving.utilization import Intervals, utilization_over_time
 from archsim.system.multi_token import QUERIES_MAX
 
@@ -269,9 +270,14 @@ class _Engine:
         (`write_link`, the same bandwidth and latency: the links are full duplex). Decode appends and
         demotions are counted, not timed."""
         reads = links_of_tiers(self.spec.tiers)
+        self.servers = self.spec.servers
+        if self.servers > 1:           # each server's own port onto each tier, then the shared side
+            rate = {tier.link: tier.server_link_GBps for tier in self.spec.tiers if tier.link is not None}
+            reads += [Link(server_link_name(link.name, s), rate[link.name]) for link in list(reads)
+                      for s in range(self.servers)]
         self.write_link = {link.name: write_link_name(link.name) for link in reads}
         writes = [Link(self.write_link[link.name], link.bandwidth_GBps, link.latency_ns) for link in reads]
-        self.links = LinkSharing(reads + writes)
+        self.links: Any = PathSharing(reads + writes) if self.servers > 1 else LinkSharing(reads + writes)
         self.link_of_tier = [tier.link for tier in self.spec.tiers]
         self.link_spec = {link.name: link for link in reads}
         self.written_bytes = dict.fromkeys(self.link_spec, 0.0)   # counted, not timed
@@ -612,7 +618,7 @@ class _Engine:
                 size = float(done * int((res == v).sum()) * self.kvb)
                 self.tier_write[self.base + v] += size
                 if self.base + v > 0:
-                    self.written_bytes[self.link_of_tier[self.base + v]] += size
+                    self._count_written(self.base + v, i, size)
             if self.pool_bytes is not None:
                 on_pool = self.base + res == self.pool_index
                 n = int(on_pool.sum())
@@ -1168,7 +1174,7 @@ class _Engine:
                 chunks = float(written[rows & prefill].sum())
                 if self._transfer(self.base + v, chunks, X_ITER_WRITE, i, t):
                     self.parts_left[i] += 1
-                self.written_bytes[self.link_of_tier[self.base + v]] += size - chunks
+                self._count_written(self.base + v, i, size - chunks)
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
@@ -1291,20 +1297,35 @@ class _Engine:
         transfer whose end wakes `who`. False when there is nothing to move."""
         if size_bytes <= 0:
             return False
-        name = self.link_of_tier[tier]
+        path = self._path(tier, who if what in (X_ITER, X_ITER_WRITE) else int(self.inst[who]))
         if what in WRITES:
-            name = self.write_link[name]
-        tid = self.links.start(name, size_bytes, t)
+            path = tuple(self.write_link[name] for name in path)
+        tid = self.links.start(path if self.servers > 1 else path[0], size_bytes, t)
         self.transfer_of[tid] = (what, who)
-        if what != X_WRITE:
-            link = self.links.link(name)
-            heapq.heappush(self.wake_floor, (t + link.latency_ns + size_bytes / link.bandwidth_GBps, tid))
+        if what != X_WRITE:          # no sooner than alone on its path
+            links = [self.links.link(name) for name in path]
+            floor = sum(x.latency_ns for x in links) + size_bytes / min(x.bandwidth_GBps for x in links)
+            heapq.heappush(self.wake_floor, (t + floor, tid))
+        name = path[0]
         if self.pool_bytes is not None and tier == self.pool_index and what not in (X_ITER, X_ITER_WRITE):
             self.pool_transfer[tid] = (t, size_bytes)    # an iteration's reads and writes count with it
         if self.activity is not None:
             self.activity.transfer_started(tid, name, size_bytes, what, t)
         self._recheck_links()
         return True
+
+    def _path(self, tier: int, instance: int) -> tuple[str, ...]:
+        """The links towards the GPUs a transfer of `instance` from `tier` crosses: the tier's link, or with
+        several servers the instance's server's port and then the tier's shared side."""
+        name = self.link_of_tier[tier]
+        if self.servers == 1:
+            return (name,)
+        return server_link_name(name, self.spec.server_of(instance)), name
+
+    def _count_written(self, tier: int, instance: int, size_bytes: float) -> None:
+        """Bytes written down a tier's path without link time (decode appends)."""
+        for name in self._path(tier, instance):
+            self.written_bytes[name] += size_bytes
 
     def _recheck_links(self) -> None:
         self.link_version += 1

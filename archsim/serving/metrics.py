@@ -79,7 +79,33 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
         "events": int(result.events),
         "events_per_s": float(result.events / result.wall_s) if result.wall_s > 0 else None,
         "mean_in_flight": float(result.mean_inflight),
+        **_servers(result, ids),
     }
+
+
+def _servers(result: ServingResult, ids: np.ndarray) -> dict:
+    """With several servers: each server's requests' figures (by the instance that served them last), and Jain's
+    fairness index over the servers' token throughputs (1: equal; 1/servers: one server has it all)."""
+    spec = result.spec
+    if spec.servers == 1:
+        return {}
+    server = result.instance[ids] * spec.servers // spec.instances
+    entries = []
+    for s in range(spec.servers):
+        mine = ids[server == s]
+        arrival, first, last, out = (result.arrival_ns[mine], result.first_token_ns[mine], result.last_token_ns[mine],
+                                     result.output_tokens[mine])
+        several = out > 1
+        window_s = (last.max() - arrival.min()) / 1e9 if len(mine) else 0.0
+        entries.append({
+            "server": s, "requests_measured": int(len(mine)),
+            "ttft_ms": distribution_ms(first - arrival),
+            "tpot_ms": distribution_ms((last[several] - first[several]) / (out[several] - 1)),
+            "e2e_ms": distribution_ms(last - arrival),
+            "throughput_tokens_per_s": float(out.sum() / window_s) if window_s > 0 else None})
+    rates = np.array([e["throughput_tokens_per_s"] or 0.0 for e in entries])
+    jain = float(rates.sum() ** 2 / (len(rates) * (rates ** 2).sum())) if rates.any() else None
+    return {"servers": entries, "server_fairness": jain}
 
 
 def _breakdown_ms(result: ServingResult, ids: np.ndarray) -> dict[str, float | None]:

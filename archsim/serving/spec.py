@@ -33,6 +33,8 @@ class TierSpec:
     link_GBps: float
     link_latency_ns: float
     compute: str              # pnm|none
+    # several servers: link_GBps is the pool side every server shares, this each server's own port onto it
+    server_link_GBps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class ServingSpec:
     placement: str = "fixed"
     replan_tokens: int = 8192
     pool_dram_GBps: float = 0.0     # the modelled pool's peak DRAM bandwidth (0: no pool), for utilization over time
+    servers: int = 1                # instances split evenly over servers, each reaching the tiers by its own port
+
+    def server_of(self, instance: int) -> int:
+        return instance * self.servers // self.instances
 
     @property
     def block_bytes(self) -> int:
@@ -102,5 +108,10 @@ def validate(spec: ServingSpec) -> None:
          f"KV can live in tier {home.name!r} only if it computes attention (compute: pnm)")
     need(spec.decode == "load" or len(spec.tiers) > spec.kv_home + 1, "system.kv.decode",
          "stream needs a tier below the KV home to stream from")
+    need(spec.servers >= 1 and spec.instances % spec.servers == 0, "system.servers",
+         f"{spec.instances} instances do not split evenly over {spec.servers} servers")
+    for t, tier in enumerate(spec.tiers[1:], start=1):
+        need(spec.servers == 1 or tier.server_link_GBps > 0, f"system.kv.tiers[{t}].endpoint",
+             f"with {spec.servers} servers each needs a port to the tier, got {tier.server_link_GBps} GB/s")
     need(not spec.disaggregated or 1 <= spec.prefill_instances < spec.instances, "system.serving.prefill_instances",
          f"disaggregation needs 1 <= prefill_instances < instances ({spec.instances}), got {spec.prefill_instances}")

@@ -245,6 +245,12 @@ def links_of_tiers(tiers: Iterable) -> list[Link]:
     return list(links.values())
 
 
+def server_link_name(name: str, server: int) -> str:
+    """Server `server`'s own port of link `name`: "pool->gpu" gives "pool->server3"."""
+    head, sep, _ = name.partition("->")
+    return f"{head}->server{server}" if sep else f"{name} (server{server})"
+
+
 def write_link_name(name: str) -> str:
     """The direction of link `name` away from the GPUs: "pool->gpu" gives "gpu->pool"."""
     head, sep, tail = name.partition("->")

@@ -172,12 +172,13 @@ SERVE_RESULT_KEYS = frozenset((
     "link_utilization", "link_write_utilization", "mean_in_flight", "preemptions", "prefix_hit_rate",
     "prefix_hit_rate_by_tier", "requests_completed", "requests_measured", "requests_rejected", "requests_streamed",
     "tier_bytes", "tier_link_bytes", "utilization_over_time", "cache_reuse", "kv_read_bytes_per_token"))
-# keys an entry has only for some scenarios or systems: speculative decoding, a tree's own verifier, placement auto
-SERVE_OPTIONAL_KEYS = frozenset(("speculative", "verifier", "placement"))
+# keys an entry has only for some scenarios or systems: speculative decoding, a tree's own verifier, placement auto,
+# several servers
+SERVE_OPTIONAL_KEYS = frozenset(("speculative", "verifier", "placement", "servers", "server_fairness"))
 SERVE_GROUPS = frozenset((
     "breakdown_ms", "cache_reuse", "cost_model", "e2e_ms", "energy_breakdown_mJ_per_token", "link_bytes",
     "link_utilization", "link_write_utilization", "prefix_hit_rate_by_tier", "tier_bytes", "tier_link_bytes",
-    "tpot_ms", "ttft_ms", "utilization_over_time", "speculative", "verifier", "placement"))
+    "tpot_ms", "ttft_ms", "utilization_over_time", "speculative", "verifier", "placement", "servers"))
 STEP_GROUPS = frozenset(("breakdown_ns", "link_bytes", "energy_breakdown_pJ_per_token", "qos", "sampling"))
 SERVE_DEFAULTS = {"requests": 1000, "seed": 0, "warmup_requests": 0}
 

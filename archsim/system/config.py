@@ -170,6 +170,11 @@ class SystemConfig:
     # kv_replan_tokens); None: the first PNM tier, else HBM
     kv_placement: str | None = None
     kv_replan_tokens: int = 8192
+    servers: int = 1  # the GPUs split evenly into this many servers sharing the pool (gpus.count is all of them)
+
+    @property
+    def gpus_per_server(self) -> int:
+        return self.gpus.count // self.servers
 
     def gpu_endpoints(self, n: int) -> list[str]:
         """The first `n` GPU endpoints of the topology group (checked at load time)."""
@@ -236,6 +241,10 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     tier = root.str("tier", name)
     description = root.str("description", "")
     gpus = _parse_gpus(root.sub("gpus"))
+    servers = root.int("servers", 1, minimum=1)
+    if gpus.count % servers:
+        raise root.error("servers", f"{gpus.count} GPUs do not split evenly over {servers} servers (gpus.count "
+                                    "is every server's GPUs together)")
     kv = root.sub("kv")
     attention = root.choice("attention", ATTENTION_PLACES)
     topology = _parse_interconnect(root, file) if root.has("interconnect") else None
@@ -295,7 +304,8 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     _check_placement(kv_placement, tiers, kv_decode, root)
     return SystemConfig(name, tier, description, gpus, topology, location, endpoint, capacity, attention, pool,
                         gpu_fetch, sampling, qos, energy, file, device, tiers, kv_decode, serving,
-                        sub_batches=sub_batches, kv_placement=kv_placement, kv_replan_tokens=replan_tokens)
+                        sub_batches=sub_batches, kv_placement=kv_placement, kv_replan_tokens=replan_tokens,
+                        servers=servers)
 
 
 def _check_placement(placement: str | None, tiers: tuple[KvTier, ...], decode: str, root: Section) -> None:
