@@ -1416,7 +1416,8 @@ class _Engine:
             swap_out_bytes=self.swap_out_bytes, swap_in_bytes=self.swap_in_bytes,
             handover_bytes=self.handover_bytes,
             link_bytes=link_bytes, link_busy_ns={name: self.links.counters(name).busy_ns for name in self.link_spec},
-            link_write_busy_ns={name: self.links.counters(self.write_link[name]).busy_ns for name in self.link_spec},
+            link_write_busy_ns={self.write_link[name]: self.links.counters(self.write_link[name]).busy_ns
+                                for name in self.link_spec},
             peak_pinned_blocks=self.peak_pinned.copy(), capacity_blocks=self.cap_blocks.copy(),
             iterations=self.iterations, tokens_emitted=self.tokens_emitted, tokens_computed=self.tokens_computed,
             events=self.arrivals + self.iterations + self.completions,

@@ -267,7 +267,7 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     serving = parse_serving(root.sub("serving", {}))
     if topology is None and location != "gpu":
         raise root.error("interconnect", "missing: the KV lives outside the GPUs, so a link must reach it")
-    pool = _parse_pool(root.sub("pool"), file) if root.has("pool") else None
+    pool = _parse_pool(root.sub("pool"), file, servers) if root.has("pool") else None
     schedule = root.sub("schedule", {})
     gpu_fetch = schedule.choice("gpu_fetch", GPU_FETCH_MODES, "prefetch")
     sub_batches = schedule.int("sub_batches", 1, minimum=1)
@@ -439,7 +439,7 @@ def _memory_path(name: str, file: str | None) -> Path:
     return p
 
 
-def _parse_pool(s: Section, file: str | None) -> PoolSpec:
+def _parse_pool(s: Section, file: str | None, servers: int = 1) -> PoolSpec:
     memory_name = s.str("memory")
     sets = s.raw("memory_set", {})
     if not isinstance(sets, dict):
@@ -459,7 +459,7 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
         raise s.error("host_fetch_interleave", f"must be a positive multiple of the {access} B access")
     l2 = parse_l2(s.sub("l2")) if s.has("l2") else None
     pnm = _parse_pnm(s.sub("pnm"), file) if s.has("pnm") else None
-    amap = _parse_address_map(s.sub("address_map", {}), devices, memory)
+    amap = _parse_address_map(s.sub("address_map", {}), devices, memory, servers)
     s.done()
     if l2 is not None:
         slice_bytes = l2.capacity_bytes // memory.organization.n_channels
@@ -469,12 +469,12 @@ def _parse_pool(s: Section, file: str | None) -> PoolSpec:
     return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap)
 
 
-def _parse_address_map(s: Section, devices: int, memory: MemoryConfig) -> PoolAddressMap:
+def _parse_address_map(s: Section, devices: int, memory: MemoryConfig, system_servers: int) -> PoolAddressMap:
     """`pool.address_map: {ways, granularity, servers, window_base, window_stride}` (archsim.system.address_map);
-    every key optional: all devices one interleave set, 4 KiB chunks, one server."""
+    every key optional: all devices one interleave set, 4 KiB chunks, a window for each of the system's servers."""
     ways = s.int("ways", devices, minimum=1)
     granularity = s.parsed("granularity", parse_size_bytes, 4096)
-    servers = s.int("servers", 1, minimum=1)
+    servers = s.int("servers", system_servers, minimum=1)
     base = s.int("window_base", 1 << 40, minimum=0)
     stride = s.int("window_stride", minimum=1) if s.has("window_stride") else None
     s.done()

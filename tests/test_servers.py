@@ -1,0 +1,144 @@
+"""Several servers on one pool (issue 25): the 16-server presets against the published figures they cite, the
+serving spec they give, per-server metrics, latency rising with load on a shared pool side, and bad splits."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from archsim.errors import ConfigError
+from archsim.interconnect import Flow, Topology, allocate
+from archsim.resources import data_path
+from archsim.serving.build import serving_spec, serving_workload
+from archsim.serving.engine import simulate
+from archsim.serving.metrics import summarize
+from archsim.serving.run import model_limits
+from archsim.serving.scenario import load_scenario
+from archsim.system.config import load_system_config
+from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, spec
+
+pytestmark = pytest.mark.component
+
+BELUGA_POOL_GBPS = 1000.0      # Beluga (SIGMOD 2026) sec. 4.1: 16 servers share the pool at "1 TB/s"
+
+
+def _topology(name: str) -> Topology:
+    return Topology.load(data_path("configs", "interconnect", f"{name}.yaml"))
+
+
+def _spec(system: str, overrides: tuple[str, ...] = ()):
+    config = load_system_config(system, list(overrides))
+    shape, dtype, max_context = model_limits(load_scenario("shared-prefix"))
+    return serving_spec(config, serving_workload(config, shape, dtype, max_context, "test"), max_context)
+
+
+def test_the_16_server_g25_pool_lands_on_belugas_bandwidth_and_a_switched_pools_latency():
+    topo = _topology("cxl2_switch_16s")
+    rates = allocate(topo, [Flow("pool", f"gpu{i}", 1) for i in range(128)])
+    aggregate = sum(rates)
+    assert aggregate == pytest.approx(32 * 32 * 0.9265, rel=1e-9)           # 32 x8 device ports
+    assert abs(aggregate / BELUGA_POOL_GBPS - 1) <= 0.15
+    # one server alone gets its x16 port; all sixteen at once split the pool side evenly
+    alone = allocate(topo, [Flow("pool", f"gpu{i}", 1) for i in range(8)])
+    assert sum(alone) == pytest.approx(64 * 0.9265, rel=1e-9)
+    assert rates == pytest.approx([aggregate / 128] * 128, rel=1e-9)
+    # a load's added round trip past the GPU's own PCIe path to its server (what host DRAM costs too): the CXL
+    # link, switch and device port both ways, inside a switched pool's +200-600 ns (docs/interconnect.md)
+    for gpu in ("gpu0", "gpu127"):
+        past_server = topo.route(gpu, "pool").latency_ns - (100 + 150)   # the GPU's PCIe link, the root complex
+        assert past_server == 40 + 200 + 40 and 200 <= 2 * past_server <= 600
+
+
+def test_the_16_server_g15_fabric_is_two_switch_tiers_at_gpu_bandwidth():
+    topo = _topology("scaleup_g15_16s")
+    route = topo.route("gpu77", "pool")
+    assert route.nodes == ("gpu77", "leaf9", "spine", "pool") and route.latency_ns == 40 + 150 + 40 + 150 + 40
+    rates = allocate(topo, [Flow("pool", f"gpu{i}", 1) for i in range(128)])
+    assert sum(rates) == pytest.approx(32 * 900 * 0.93, rel=1e-9)
+    assert sum(rates) > 25 * sum(allocate(_topology("cxl2_switch_16s"), [Flow("pool", f"gpu{i}", 1)
+                                                                          for i in range(128)]))
+
+
+@pytest.mark.parametrize("system", ["g25-16s", "g15-16s"])
+def test_a_16_server_system_serves_16_instances_each_on_its_own_port(system):
+    sp = _spec(system)
+    pool = sp.tiers[sp.kv_home]
+    assert (sp.servers, sp.instances) == (16, 16)
+    assert [sp.server_of(i) for i in range(16)] == list(range(16))
+    per_gpu = allocate(_topology("cxl2_switch_16s" if system == "g25-16s" else "scaleup_g15_16s"),
+                       [Flow("pool", f"gpu{i}", 1) for i in range(128)])
+    assert pool.link_GBps == pytest.approx(sum(per_gpu), rel=1e-9)          # the side every server shares
+    assert pool.server_link_GBps < pool.link_GBps / 2
+    # fewer servers of the same preset: their GPUs, their ports, the pool side their routes reach
+    two = _spec(system, ("system.servers=2", "system.gpus.count=16"))
+    assert (two.servers, two.instances) == (2, 2) and two.tiers[1].server_link_GBps == pool.server_link_GBps
+
+
+@pytest.mark.parametrize(("overrides", "where", "words"), [
+    (("system.servers=3",), "system.servers", "do not split evenly over 3 servers"),
+    (("system.servers=32",), "system.serving.tensor_parallel", "an instance stays in one of the 32 servers"),
+    (("system.serving.instances=8",), "system.serving.instances", "8 instances do not split evenly"),
+])
+def test_a_bad_split_over_servers_is_one_error_at_its_key(overrides, where, words):
+    with pytest.raises(ConfigError) as err:
+        _spec("g25-16s", overrides)
+    assert err.value.where == where and words in str(err.value)
+    assert err.value.file.endswith("configs/systems/g25-16s.yaml")
+
+
+def test_a_server_with_no_route_to_the_pool_is_named():
+    # server 15's root complex has no uplink: its GPUs cannot reach the pool
+    data = {"endpoints": {"gpu": {"count": 16}, "pool": None},
+            "switches": {"server": {"count": 2, "ports": 9, "latency": "0ns"}},
+            "links": {"pcie": {"from": "gpu", "to": "server", "protocol": "pcie", "bandwidth": "64GB/s",
+                               "efficiency": 1.0, "latency": "0ns", "energy_pJ_per_bit": 0},
+                      "up": {"from": "server0", "to": "pool", "protocol": "cxl", "bandwidth": "64GB/s",
+                             "efficiency": 1.0, "latency": "0ns", "energy_pJ_per_bit": 0}}}
+    with pytest.raises(ConfigError) as err:
+        Topology.from_mapping(data)
+    assert "gpu8" in str(err.value) and err.value.where == "interconnect.endpoints.gpu"
+
+
+def _two_server_loads(rate_per_s: float):
+    """Prefills writing 2,000 tokens of KV each into a PNM pool, two instances on two servers with 8 GB/s ports
+    and a 10 GB/s shared pool side: the writes queue on the pool side as the rate rises."""
+    sp = spec(lower="pool", kv_home=1, link_GBps=10.0, instances=2, servers=2)
+    sp = replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=8.0)))
+    cost = LinearCost(a_ns=1e5, new_ns=1e3, cached_ns=0.0)   # compute far below the write: the links decide
+    return simulate(poisson(400, rate_per_s, 2000, 2, seed=3), sp, cost)
+
+
+def test_ttft_rises_steeply_as_the_shared_pool_side_fills():
+    write_s = 2000 * KV_BYTES_PER_TOKEN / 10e9                   # one prefill's write alone on the pool side
+    saturation = 1 / write_s
+    ttft = []
+    for load in (0.2, 0.5, 0.8, 0.95):
+        res = _two_server_loads(load * saturation)
+        assert res.completed.all()
+        ttft.append(float(np.mean(res.first_token_ns - res.arrival_ns)))
+        util = summarize(res)["link_write_utilization"]["cxl (write)"]
+        assert util == pytest.approx(load, rel=0.15)               # the shared side is as busy as offered
+    assert ttft == sorted(ttft)
+    # M/G/1-like: the last step of load costs several times the first
+    assert (ttft[3] - ttft[2]) / 0.15 > 3 * (ttft[1] - ttft[0]) / 0.3
+
+
+@pytest.mark.slow
+def test_per_server_figures_partition_the_run():
+    from tests.test_serving_system import _serve
+
+    table, sp, _, res = _serve("g25-16s", "shared-prefix", 320)
+    entry = summarize(res)
+    servers = entry["servers"]
+    assert [s["server"] for s in servers] == list(range(16)) and res.completed.all()
+    assert sum(s["requests_measured"] for s in servers) == entry["requests_measured"] == 320
+    server = res.instance * sp.servers // sp.instances
+    for s in (0, 7, 15):
+        mine = server == s
+        ttft_ms = (res.first_token_ns[mine] - res.arrival_ns[mine]) / 1e6
+        assert servers[s]["ttft_ms"]["mean"] == pytest.approx(ttft_ms.mean(), rel=1e-12)
+    rates = np.array([s["throughput_tokens_per_s"] for s in servers])
+    assert entry["server_fairness"] == pytest.approx(rates.sum() ** 2 / (16 * (rates ** 2).sum()), rel=1e-12)
+    assert 0.8 < entry["server_fairness"] <= 1.0              # round robin spreads the load evenly
