@@ -366,6 +366,8 @@ class _Engine:
         self.landing: list[set[int]] = [set() for _ in range(k)]  # sequences whose KV is in flight to it
         self.busy = [False] * k
         self.parts_left = [0] * k
+        self.iter_start = [0.0] * k    # when its iteration in progress began
+        self.last_step_ns = [0.0] * k  # how long its last event-path iteration took (the fast path's quick test)
         self.batch: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * k
         self.queued_tokens = np.zeros(k, dtype=np.int64)   # input + output tokens of each instance's requests
         self.rr_next = 0
@@ -580,6 +582,8 @@ class _Engine:
             others = self.iter_heap[0][0]
             coupled = self.base > 0 or self.auto or self.routable < self.spec.instances
             bound = min(bound, others if coupled else others + self.min_think_ns)
+        if bound < t + self.last_step_ns[i]:
+            return t                   # not even one step of the last one's length fits: the event path runs it
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
         left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
@@ -1147,6 +1151,7 @@ class _Engine:
 
     def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> None:
         self.busy[i] = True
+        self.iter_start[i] = t
         cached = self.ctx[ids]
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news)
@@ -1200,6 +1205,7 @@ class _Engine:
             return
         ids, news, prefill = self.batch[i]
         self.batch[i] = None
+        self.last_step_ns[i] = t - self.iter_start[i]
         if self.activity is not None:
             self.activity.end(i, t)
         self.iterations += 1
