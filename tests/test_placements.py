@@ -16,8 +16,8 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.component
 
-EXPECTED = {"gpu-hbm": "gpu", "g25": "pnm", "g15": "pnm", "g25-qos": "pnm", "g25-nopnm": "fetch",
-            "g15-nopnm": "fetch", "host-dram": "fetch", "nvme": "fetch", "rdma-pool": "fetch"}
+EXPECTED = {"gpu-hbm": "gpu", "g25": "pnm", "g15": "pnm", "g25-qos": "pnm", "g25-16s": "pnm", "g15-16s": "pnm",
+            "g25-nopnm": "fetch", "g15-nopnm": "fetch", "host-dram": "fetch", "nvme": "fetch", "rdma-pool": "fetch"}
 
 
 @pytest.fixture(scope="module")

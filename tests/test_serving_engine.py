@@ -238,7 +238,8 @@ def test_a_prefill_into_the_pool_lasts_until_its_kv_is_written():
     for link_GBps, ttft_ns in ((4.0, write_ns), (400.0, compute_ns)):
         res = simulate(table([0.0], [prompt], [5]), spec(lower="pool", kv_home=1, link_GBps=link_GBps), COST)
         assert _ttft(res)[0] == pytest.approx(ttft_ns, rel=1e-12)
-        assert res.link_write_busy_ns["cxl"] == pytest.approx(prompt * KV_BYTES_PER_TOKEN / link_GBps, rel=1e-12)
+        busy_ns = res.link_write_busy_ns["cxl (write)"]
+        assert busy_ns == pytest.approx(prompt * KV_BYTES_PER_TOKEN / link_GBps, rel=1e-12)
 
 
 def test_prefill_writes_of_two_instances_share_the_pool_links_write_direction():
@@ -257,7 +258,7 @@ def test_write_through_is_timed_on_the_other_direction_and_delays_no_one():
     alone = simulate(table([0.0], [prompt], [50]), spec(), COST)
     assert res.last_token_ns[0] == alone.last_token_ns[0]
     written = prompt // 16 * 16 * KV_BYTES_PER_TOKEN
-    assert res.link_write_busy_ns["pcie"] == pytest.approx(written / link_GBps, rel=1e-12)
+    assert res.link_write_busy_ns["pcie (write)"] == pytest.approx(written / link_GBps, rel=1e-12)
     assert res.link_busy_ns["pcie"] == 0
 
 
