@@ -406,11 +406,13 @@ def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", ["hbm", "pool", "swap", "disaggregated"])
+@pytest.mark.parametrize("system", ["hbm", "pool", "roomy-pool", "swap", "disaggregated"])
 def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
     reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
     sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
           "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
+          # a pool that never fills: the instances' decode stretches no longer wait for each other
+          "roomy-pool": spec(instances=3, lower="pool", kv_home=1, lower_tokens=2_000_000),
           "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap"),
           "disaggregated": spec(instances=3, disaggregated=True, prefill_instances=1, lower="host_dram",
                                 hbm_tokens=6000)}[system]
@@ -430,3 +432,4 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
         assert np.array_equal(getattr(fast, field), getattr(slow, field), equal_nan=True), field
     assert (fast.iterations, fast.tokens_emitted, fast.link_bytes) == (slow.iterations, slow.tokens_emitted,
                                                                        slow.link_bytes)
+    assert fast.utilization == slow.utilization               # the pool DRAM's bytes over time too, step by step

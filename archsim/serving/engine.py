@@ -259,6 +259,7 @@ class _Engine:
         self.succ_off, self.succ = successors(table)
         self.ckeys, self.coff = context_keys(table, (self.succ_off, self.succ))
         self.lookup_blocks = np.maximum(self.in_tokens - 1, 0) // self.bt   # at least one prompt token computes
+        self.max_blocks = -(-(self.in_tokens + self.out_tokens) // self.bt) + 1  # the most a sequence ever holds
         self._init_request_state()
         self._init_instances()
 
@@ -576,11 +577,11 @@ class _Engine:
         instance's batch (an arrival, a transfer, or any iteration end when instances share KV room or a
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
-        t_start = t
         bound = min(self.heap[0][0] if self.heap else math.inf, self._link_bound())
         if self.iter_heap:
             others = self.iter_heap[0][0]
-            coupled = self.base > 0 or self.auto or self.routable < self.spec.instances
+            coupled = (self.base > 0 and not self._pool_is_ample()) or self.auto or \
+                self.routable < self.spec.instances
             bound = min(bound, others if coupled else others + self.min_think_ns)
         if bound < t + self.last_step_ns[i]:
             return t                   # not even one step of the last one's length fits: the event path runs it
@@ -591,6 +592,7 @@ class _Engine:
             R = self.spec.replan_tokens
             left = min(left, int((R - ctx % R).min()) - 1)
         done, chunk = 0, 8
+        step_ends = [t]                # every step's end, for the pool DRAM's bytes over time
         while done < left:
             steps = min(chunk, left - done)
             chunk *= 2
@@ -605,6 +607,7 @@ class _Engine:
                 if self.activity is not None:
                     self.activity.decode_steps(i, t, ends[:fits], len(ids))
                 t = ends[fits - 1]
+                step_ends.extend(ends[:fits])
                 ctx += fits
                 done += fits
             if fits < steps:
@@ -626,14 +629,33 @@ class _Engine:
             if self.pool_bytes is not None:
                 on_pool = self.base + res == self.pool_index
                 n = int(on_pool.sum())
-                if n:  # step j reads ctx0 + j tokens of each sequence and appends one
-                    first = float((ctx[on_pool] - done).sum())
-                    read = int(done * first + n * done * (done - 1) // 2)
+                if n:  # step j reads ctx0 + j tokens of each sequence and appends one, over that step
+                    first = int((ctx[on_pool] - done).sum())
+                    read = done * first + n * done * (done - 1) // 2
                     self.pool_decode_tokens += read
                     self.pool_decode_fetched += read
-                    tokens = done * first + n * done * (done - 1) / 2 + n * done
-                    self.pool_bytes.add(t_start, t, tokens * self.kvb)
+                    tokens = first + n * np.arange(1, done + 1, dtype=np.int64)
+                    edges = np.array(step_ends, dtype=np.float64)
+                    self.pool_bytes.add_many(edges[:-1], edges[1:], (tokens * self.kvb).astype(np.float64))
         return t
+
+    def _pool_is_ample(self) -> bool:
+        """KV home a pool every instance shares: True when none of its blocks can be evicted or refused before
+        the requests now running, landing or waiting finish, whatever order the instances grow and admit in
+        (its resident blocks, plus each running or landing sequence's growth to its last token, plus each
+        waiting request's whole KV, fit its capacity). Another instance's iteration end then cannot change this
+        instance's next decode steps; arrivals and transfers still bound them."""
+        tier = self.views[0].tiers[0]
+        if tier.unbounded:
+            return True
+        need = 0
+        for j in range(self.spec.instances):
+            held = [*self.running[j], *self.landing[j]]
+            if held:
+                need += int((self.max_blocks[held] - self.nheld[held]).sum())
+            if self.waiting[j]:
+                need += int(self.max_blocks[list(self.waiting[j])].sum())
+        return len(tier) + need <= tier.capacity_blocks
 
     def _link_bound(self) -> float:
         """No transfer anyone waits for completes before this (the fast path's bound from the links)."""

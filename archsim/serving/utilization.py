@@ -4,8 +4,7 @@ A link's utilization in a bin is the fraction of the bin in which it moved data 
 its full bandwidth whenever a transfer is in its data phase: archsim.serving.transfers). The pool DRAM's is the
 bytes it served in the bin over its peak bandwidth times the bin: the KV the PNM units read for decode and for
 prefill prefixes, the KV written into the pool, streamed KV, and loads, moves and swaps over the pool's link,
-each spread evenly over the iteration or transfer that moved it (a write-through, which takes no link time, counts
-at its instant).
+each spread evenly over the iteration or transfer that moved it.
 """
 
 from __future__ import annotations
@@ -16,12 +15,15 @@ BINS = 50  # bins over the run's span [first arrival, last departure]
 
 
 class Intervals:
-    """Amounts moved over time intervals, appended as a run goes (three floats each)."""
+    """Amounts moved over time intervals, appended as a run goes (three floats each, one by one or as arrays).
+    `arrays` gives them sorted, so the bins do not depend on the order they were appended in (the serving
+    engine's decode fast path appends a stretch's steps ahead of other instances' iterations inside it)."""
 
     def __init__(self) -> None:
         self._start: list[float] = []
         self._end: list[float] = []
         self._amount: list[float] = []
+        self._blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
     def add(self, start_ns: float, end_ns: float, amount: float) -> None:
         if amount > 0:
@@ -29,9 +31,16 @@ class Intervals:
             self._end.append(max(start_ns, end_ns))
             self._amount.append(amount)
 
+    def add_many(self, start_ns: np.ndarray, end_ns: np.ndarray, amount: np.ndarray) -> None:
+        keep = amount > 0
+        self._blocks.append((start_ns[keep], np.maximum(start_ns, end_ns)[keep], amount[keep]))
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (np.array(self._start, dtype=np.float64), np.array(self._end, dtype=np.float64),
-                np.array(self._amount, dtype=np.float64))
+        start = np.concatenate([np.array(self._start, dtype=np.float64), *(b[0] for b in self._blocks)])
+        end = np.concatenate([np.array(self._end, dtype=np.float64), *(b[1] for b in self._blocks)])
+        amount = np.concatenate([np.array(self._amount, dtype=np.float64), *(b[2] for b in self._blocks)])
+        order = np.lexsort((amount, end, start))
+        return start[order], end[order], amount[order]
 
 
 def binned(start_ns: np.ndarray, end_ns: np.ndarray, amount: np.ndarray, edges_ns: np.ndarray) -> np.ndarray:
