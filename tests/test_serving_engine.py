@@ -406,13 +406,17 @@ def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", ["hbm", "pool", "roomy-pool", "swap", "disaggregated"])
+@pytest.mark.parametrize("system", ["hbm", "pool", "roomy-pool", "roomy-pool-one-turn", "swap", "disaggregated"])
 def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
     reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
+    if system == "roomy-pool-one-turn":
+        reqs = poisson(120, 12.0, 600, 150, seed=31)
     sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
           "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
           # a pool that never fills: the instances' decode stretches no longer wait for each other
           "roomy-pool": spec(instances=3, lower="pool", kv_home=1, lower_tokens=2_000_000),
+          # ... and with requests of one turn each a stretch waits only for its own instance's arrivals
+          "roomy-pool-one-turn": spec(instances=3, lower="pool", kv_home=1, lower_tokens=2_000_000),
           "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap"),
           "disaggregated": spec(instances=3, disaggregated=True, prefill_instances=1, lower="host_dram",
                                 hbm_tokens=6000)}[system]

@@ -404,6 +404,7 @@ class _Engine:
             raise ArchsimError(f"request {r} starts a session but has no arrival time", where="requests")
         for r in first.tolist():
             heapq.heappush(self.heap, (float(self.arrival[r]), EV_ARRIVAL, r, 0))
+        self._plan_arrivals(first)
         heaps = (self.heap, self.iter_heap, self.link_heap)
         while any(heaps):
             t, kind, a, b = heapq.heappop(min((h for h in heaps if h), key=lambda h: h[0]))
@@ -416,6 +417,32 @@ class _Engine:
         self._check_finished()
         return self._result(time.perf_counter() - wall)
 
+    def _plan_arrivals(self, first: np.ndarray) -> None:
+        """Round robin and no later turns: every arrival's instance is known before the run (the accepted ones
+        in arrival order, one instance after the other), so a decode stretch need stop only at its own
+        instance's next arrival (`own_arrivals[i]`, times ascending; `own_next[i]` the first not yet come)."""
+        self.own_arrivals: list[np.ndarray] | None = None
+        k = self.routable
+        if self.spec.router != "round_robin" or k < 2 or math.isfinite(self.min_think_ns) or \
+                self.routable < self.spec.instances:
+            return
+        order = first[np.lexsort((first, self.arrival[first]))]     # the heap's order: time, then id
+        accepted = np.array([r for r in order.tolist() if not self._refused(r)], dtype=np.int64)
+        route = np.arange(len(accepted)) % k
+        self.own_arrivals = [self.arrival[accepted[route == i]] for i in range(k)]
+        self.own_next = [0] * k
+
+    def _arrival_bound(self, i: int, t: float) -> float:
+        """No arrival can change instance i's batch before this."""
+        if self.own_arrivals is None:
+            return self.heap[0][0] if self.heap else math.inf
+        times = self.own_arrivals[i]
+        j = self.own_next[i]
+        while j < len(times) and times[j] < t:
+            j += 1
+        self.own_next[i] = j
+        return float(times[j]) if j < len(times) else math.inf
+
     def _push(self, t: float, kind: int, a: int, b: int = 0) -> None:
         heapq.heappush(self.heap, (t, kind, a, b))
 
@@ -426,25 +453,32 @@ class _Engine:
 
     # -- arrivals and routing ------------------------------------------------------------------------------
 
-    def _arrive(self, r: int, t: float) -> None:
-        self.arrivals += 1
-        spec = self.spec
+    def _refused(self, r: int) -> int:
+        """Why request r is rejected when it arrives (REJECT_CONTEXT, REJECT_CAPACITY), or 0: its own lengths
+        against the context and the tiers' capacity decide, nothing that happens in the run."""
         total = int(self.in_tokens[r] + self.out_tokens[r])
         need_blocks = -(-(total - 1) // self.bt)
-        if total > spec.max_context_tokens:
-            self._reject(r, REJECT_CONTEXT)
-            return
+        if total > self.spec.max_context_tokens:
+            return REJECT_CONTEXT
         if self.auto:
-            if need_blocks > max(self.cap_blocks[0], self.cap_blocks[self.pool_tier]):
-                self._reject(r, REJECT_CAPACITY)
-                return
-        elif need_blocks <= self.cap_blocks[self.base]:
-            self.streams[r] = self.stream_all
-        elif self.base == 0 and self.T > 1 and need_blocks <= self.cap_blocks[1]:
-            self.res[r], self.streams[r] = 1, True
-        else:
-            self._reject(r, REJECT_CAPACITY)
+            return REJECT_CAPACITY if need_blocks > max(self.cap_blocks[0], self.cap_blocks[self.pool_tier]) else 0
+        if need_blocks <= self.cap_blocks[self.base] or (self.base == 0 and self.T > 1 and
+                                                          need_blocks <= self.cap_blocks[1]):
+            return 0
+        return REJECT_CAPACITY
+
+    def _arrive(self, r: int, t: float) -> None:
+        self.arrivals += 1
+        total = int(self.in_tokens[r] + self.out_tokens[r])
+        why = self._refused(r)
+        if why:
+            self._reject(r, why)
             return
+        if not self.auto:              # it fits its home, or streams from the tier below
+            if -(-(total - 1) // self.bt) <= self.cap_blocks[self.base]:
+                self.streams[r] = self.stream_all
+            else:
+                self.res[r], self.streams[r] = 1, True
         self.span_start = min(self.span_start, t)
         self._count_inflight(t, +1)
         self.state[r] = WAITING
@@ -577,7 +611,7 @@ class _Engine:
         instance's batch (an arrival, a transfer, or any iteration end when instances share KV room or a
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
-        bound = min(self.heap[0][0] if self.heap else math.inf, self._link_bound())
+        bound = min(self._arrival_bound(i, t), self._link_bound())
         if self.iter_heap:
             others = self.iter_heap[0][0]
             coupled = (self.base > 0 and not self._pool_is_ample()) or self.auto or \
