@@ -682,6 +682,8 @@ class _Engine:
         tier = self.views[0].tiers[0]
         if tier.unbounded:
             return True
+        if len(tier) >= tier.capacity_blocks:   # full (of cached blocks, as a long run leaves it): the next
+            return False                        # insertion evicts
         need = 0
         for j in range(self.spec.instances):
             held = [*self.running[j], *self.landing[j]]
