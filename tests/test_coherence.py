@@ -84,6 +84,17 @@ def test_each_schemes_messages_bytes_and_stalls_on_a_hand_written_sequence():
     assert bi.stall_ns == pytest.approx(costs.round_trip_ns)
 
 
+def test_two_readers_on_one_server_pin_the_block_until_both_are_done():
+    pool = SharedBlocks(2, "software")
+    assert pool.begin_write(3)
+    pool.end_write(3, writer=1)
+    assert pool.begin_read(0, 3) and pool.begin_read(0, 3)
+    pool.end_read(0, 3)
+    assert not pool.begin_write(3)                   # the second reader still pins it
+    pool.end_read(0, 3)
+    assert pool.begin_write(3) and pool.violations == []
+
+
 def test_an_unknown_scheme_is_refused():
     with pytest.raises(ValueError, match="unknown coherence scheme"):
         SharedBlocks(2, "directory")

@@ -287,6 +287,17 @@ def test_two_servers_on_one_pool_port_wait_longer_than_on_two():
     assert _ttft(same) == pytest.approx([1000.0 + size / 4.0] * 2, rel=1e-9)   # one 8 GB/s link for both
 
 
+def test_several_servers_load_history_from_a_tier_below_over_their_own_ports():
+    # HBM homes, host DRAM below: later turns load their history back over their server's port and the shared side
+    sp = spec(instances=2, lower="host_dram", hbm_tokens=6000, servers=2)
+    sp = replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=12.5)))
+    res = simulate(sessions(10, 3, 4.0, 600, 100, 150, 1e9, seed=31), sp, COST)
+    assert res.completed.all() and res.loaded_blocks[:, 1].sum() > 0
+    ports = res.link_bytes["pcie (server0)"] + res.link_bytes["pcie (server1)"]
+    # everything crossed a port and the shared side, but HBM's demotions, counted on the shared side only
+    assert 0.9 * res.link_bytes["pcie"] < ports <= res.link_bytes["pcie"] and res.link_bytes["pcie (server1)"] > 0
+
+
 def test_several_servers_need_a_port_and_whole_instances():
     reqs = table([0.0], [100], [5])
     with pytest.raises(ConfigError, match="port") as err:
@@ -406,17 +417,25 @@ def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("system", ["hbm", "pool", "roomy-pool", "roomy-pool-one-turn", "swap", "disaggregated"])
+@pytest.mark.parametrize("system", ["hbm", "pool", "roomy-pool", "roomy-pool-one-turn", "pool-then-arrival",
+                                    "stream-head", "swap", "disaggregated"])
 def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
     reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
     if system == "roomy-pool-one-turn":
         reqs = poisson(120, 12.0, 600, 150, seed=31)
+    elif system == "pool-then-arrival":
+        reqs = table([0.0, 1e9], [160, 16 * 700], [16 * 400, 10])
+    elif system == "stream-head":
+        reqs = table([0.0, 1e6, 2e6, 3e6], [8000, 100, 100, 8000], [50, 3000, 1, 10])
     sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
           "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
           # a pool that never fills: the instances' decode stretches no longer wait for each other
           "roomy-pool": spec(instances=3, lower="pool", kv_home=1, lower_tokens=2_000_000),
-          # ... and with requests of one turn each a stretch waits only for its own instance's arrivals
+          # ... with requests of one turn each, and an arrival at an idle instance while another decodes
           "roomy-pool-one-turn": spec(instances=3, lower="pool", kv_home=1, lower_tokens=2_000_000),
+          "pool-then-arrival": spec(instances=2, lower="pool", kv_home=1, lower_tokens=16_000),
+          # a waiting head that streams from host DRAM, whose room another instance's stream frees
+          "stream-head": spec(instances=2, lower="host_dram", hbm_tokens=4000, lower_tokens=14000),
           "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap"),
           "disaggregated": spec(instances=3, disaggregated=True, prefill_instances=1, lower="host_dram",
                                 hbm_tokens=6000)}[system]
@@ -432,7 +451,7 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
     assert len(fast.activity["iteration_start_ns"]) == fast.iterations
     assert np.array_equal(vector.last_token_ns, slow.last_token_ns)
     for field in ("first_token_ns", "last_token_ns", "queueing_ns", "kv_load_ns", "hit_blocks", "loaded_blocks",
-                  "instance", "preemptions", "tier_read_bytes", "tier_write_bytes"):
+                  "instance", "preemptions", "tier_read_bytes", "tier_write_bytes", "peak_pinned_blocks"):
         assert np.array_equal(getattr(fast, field), getattr(slow, field), equal_nan=True), field
     assert (fast.iterations, fast.tokens_emitted, fast.link_bytes) == (slow.iterations, slow.tokens_emitted,
                                                                        slow.link_bytes)

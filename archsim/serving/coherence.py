@@ -51,8 +51,8 @@ class CoherenceCosts:
 class CoherenceCounters:
     messages: int = 0        # coherence messages: flushes and invalidations (software), snoops and responses (BI)
     bytes: int = 0           # their bytes on the links (a software flush moves the block's lines)
-    stall_ns: float = 0.0    # time writers and readers waited: flushes, invalidations, snoops, pinned blocks
-    waits: int = 0           # rewrites and evictions held back by a reader's pin
+    stall_ns: float = 0.0    # time writers and readers spent on coherence: flushes, invalidations, snoops
+    waits: int = 0           # rewrites and evictions held back by a reader's pin (their wait is the caller's)
     reads: int = 0
     stale_avoided: int = 0   # reads that found their cached copy older than the sealed version
 
@@ -82,7 +82,7 @@ class SharedBlocks:
             raise ValueError(f"unknown coherence scheme {self.scheme!r} (schemes: {', '.join(SCHEMES)})")
         self._blocks: dict[int, _Block] = {}
         self._cached: list[dict[int, int]] = [{} for _ in range(self.servers)]   # server -> block -> version
-        self._reading: dict[tuple[int, int], int] = {}                           # (server, block) -> version
+        self._reading: dict[tuple[int, int], list[int]] = {}    # (server, block) -> versions its readers pinned
 
     # -- writers -------------------------------------------------------------------------------------------
 
@@ -126,14 +126,17 @@ class SharedBlocks:
             self.counters.stale_avoided += 1
             del self._cached[server][block]
         b.pins += 1
-        self._reading[(server, block)] = b.version
+        self._reading.setdefault((server, block), []).append(b.version)
         self.counters.reads += 1
         return True
 
     def end_read(self, server: int, block: int) -> None:
         """The read is done: check what it saw against the version it pinned, then unpin."""
         b = self._blocks[block]
-        expected = self._reading.pop((server, block))
+        pinned = self._reading[(server, block)]
+        expected = pinned.pop(0)           # the server's readers of one block finish in the order they began
+        if not pinned:
+            del self._reading[(server, block)]
         cached = self._cached[server].get(block)
         seen = cached if cached is not None else b.data
         if seen != expected:

@@ -259,7 +259,6 @@ class _Engine:
         self.succ_off, self.succ = successors(table)
         self.ckeys, self.coff = context_keys(table, (self.succ_off, self.succ))
         self.lookup_blocks = np.maximum(self.in_tokens - 1, 0) // self.bt   # at least one prompt token computes
-        self.max_blocks = -(-(self.in_tokens + self.out_tokens) // self.bt) + 1  # the most a sequence ever holds
         self._init_request_state()
         self._init_instances()
 
@@ -419,8 +418,10 @@ class _Engine:
 
     def _plan_arrivals(self, first: np.ndarray) -> None:
         """Round robin and no later turns: every arrival's instance is known before the run (the accepted ones
-        in arrival order, one instance after the other), so a decode stretch need stop only at its own
-        instance's next arrival (`own_arrivals[i]`, times ascending; `own_next[i]` the first not yet come)."""
+        in arrival order, one instance after the other), so where instances share no tier a decode stretch need
+        stop only at its own instance's next arrival (`own_arrivals[i]`, times ascending; `own_next[i]` the
+        first not yet come). Where they share one, another instance's admission can take the room a stretch
+        pinned ahead, so every arrival bounds it."""
         self.own_arrivals: list[np.ndarray] | None = None
         k = self.routable
         if self.spec.router != "round_robin" or k < 2 or math.isfinite(self.min_think_ns) or \
@@ -611,11 +612,15 @@ class _Engine:
         instance's batch (an arrival, a transfer, or any iteration end when instances share KV room or a
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
-        bound = min(self._arrival_bound(i, t), self._link_bound())
+        # instances share KV room when it lives in a shared tier (a pool home, placement auto, handovers, a
+        # waiting head that streams from the tier below HBM): then every arrival and iteration end can matter
+        head = self.waiting[i][0] if self.waiting[i] else -1
+        coupled = self.base > 0 or self.auto or self.routable < self.spec.instances or \
+            (head >= 0 and self.res[head] > 0)
+        bound = min(self._arrival_bound(i, t) if self.T == 1 and not coupled else
+                    (self.heap[0][0] if self.heap else math.inf), self._link_bound())
         if self.iter_heap:
             others = self.iter_heap[0][0]
-            coupled = (self.base > 0 and not self._pool_is_ample()) or self.auto or \
-                self.routable < self.spec.instances
             bound = min(bound, others if coupled else others + self.min_think_ns)
         if bound < t + self.last_step_ns[i]:
             return t                   # not even one step of the last one's length fits: the event path runs it
@@ -672,26 +677,6 @@ class _Engine:
                     edges = np.array(step_ends, dtype=np.float64)
                     self.pool_bytes.add_many(edges[:-1], edges[1:], (tokens * self.kvb).astype(np.float64))
         return t
-
-    def _pool_is_ample(self) -> bool:
-        """KV home a pool every instance shares: True when none of its blocks can be evicted or refused before
-        the requests now running, landing or waiting finish, whatever order the instances grow and admit in
-        (its resident blocks, plus each running or landing sequence's growth to its last token, plus each
-        waiting request's whole KV, fit its capacity). Another instance's iteration end then cannot change this
-        instance's next decode steps; arrivals and transfers still bound them."""
-        tier = self.views[0].tiers[0]
-        if tier.unbounded:
-            return True
-        if len(tier) >= tier.capacity_blocks:   # full (of cached blocks, as a long run leaves it): the next
-            return False                        # insertion evicts
-        need = 0
-        for j in range(self.spec.instances):
-            held = [*self.running[j], *self.landing[j]]
-            if held:
-                need += int((self.max_blocks[held] - self.nheld[held]).sum())
-            if self.waiting[j]:
-                need += int(self.max_blocks[list(self.waiting[j])].sum())
-        return len(tier) + need <= tier.capacity_blocks
 
     def _link_bound(self) -> float:
         """No transfer anyone waits for completes before this (the fast path's bound from the links)."""

@@ -93,8 +93,12 @@ class PathSharing:
             del self._size[tid]
         return done
 
-    def in_flight(self) -> int:
-        return len(self._path)
+    def in_flight(self, link: str | None = None) -> int:
+        """Transfers started and not yet reported complete (crossing one link, or on all)."""
+        if link is None:
+            return len(self._path)
+        k = self._index[link]
+        return sum(1 for path in self._path.values() if k in path)
 
     def counters(self, link: str) -> LinkCounters:
         return self._counters[link]

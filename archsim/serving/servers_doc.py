@@ -1,0 +1,68 @@
+"""The many-servers section of docs/results.md: one pool shared by 1 to 16 servers, G2.5 against G1.5, with and
+without prefix sharing, from `archsim serve` runs of the shipped 16-server presets cut to N servers.
+
+Each point serves `shared-prefix` with 500 requests per server at the scenario's recorded rate spread over 16
+servers (3.91 / 16 requests/s per server), so load per server is the same at every N and what changes is how
+many servers share the pool (its prefixes, its links). Without sharing every request's blocks are its own
+(`results_doc.without_reuse`). Called by archsim.system.results_doc.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archsim.serving.results_doc import without_reuse
+from archsim.serving.run import SystemRun, requests_source, run_system
+from archsim.serving.scenario import load_scenario
+from archsim.system.config import load_system_config
+
+SERVERS = (1, 2, 4, 8, 16)
+REQUESTS_PER_SERVER = 500
+RATE_PER_SERVER = 3.91 / 16          # shared-prefix's recorded rate (Mooncake's trace) over 16 servers
+SYSTEMS = ("g25-16s", "g15-16s")
+
+
+def _run(system: str, servers: int, sharing: bool) -> SystemRun:
+    scenario = load_scenario("shared-prefix", [f"scenario.arrivals.rate_per_s={RATE_PER_SERVER * servers!r}"])
+    source = requests_source(scenario, REQUESTS_PER_SERVER * servers, None, 0, None if sharing else without_reuse)
+    config = load_system_config(system, [f"system.servers={servers}", f"system.gpus.count={8 * servers}"])
+    return run_system(config, scenario, source, warmup=0)
+
+
+def _cell(run: SystemRun) -> str:
+    m: dict[str, Any] = run.metrics or {}
+    ttft = m.get("ttft_ms") or {}
+    if ttft.get("mean") is None:
+        return run.status
+    return f"{ttft['mean']:,.1f} / {ttft['p99']:,.1f}"
+
+
+def _pool_side(run: SystemRun) -> str:
+    """The shared pool side's busy share, towards the GPUs and away from them."""
+    m = run.metrics or {}
+    reads = [v for k, v in (m.get("link_utilization") or {}).items() if k.endswith("->gpu")]
+    writes = [v for k, v in (m.get("link_write_utilization") or {}).items() if k.startswith("gpu->")]
+    return f"{100 * (reads[0] or 0.0):.1f} / {100 * (writes[0] or 0.0):.1f} %" if reads and writes else "-"
+
+
+def servers_section() -> list[str]:
+    lines = ["| servers | requests | G2.5 TTFT mean / p99 ms | G1.5 | G2.5 no sharing | G1.5 no sharing | "
+             "hit rate | G2.5 pool side busy (to / from GPUs) | G2.5 fairness | G1.5 / G2.5 TTFT |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for n in SERVERS:
+        runs = {(s, share): _run(s, n, share) for s in SYSTEMS for share in (True, False)}
+        g25, g15 = runs[("g25-16s", True)], runs[("g15-16s", True)]
+        m25, m15 = g25.metrics or {}, g15.metrics or {}
+        hit = m25.get("prefix_hit_rate")
+        fair = m25.get("server_fairness")
+        ratio = (m15["ttft_ms"]["mean"] / m25["ttft_ms"]["mean"]) if m25.get("ttft_ms") and m15.get("ttft_ms") \
+            else None
+        lines.append(
+            f"| {n} | {REQUESTS_PER_SERVER * n:,} | {_cell(g25)} | {_cell(g15)} | {_cell(runs[('g25-16s', False)])} "
+            f"| {_cell(runs[('g15-16s', False)])} | {'-' if hit is None else f'{100 * hit:.1f} %'} | "
+            f"{_pool_side(g25)} | {'-' if fair is None else f'{fair:.3f}'} | "
+            f"{'-' if ratio is None else f'{ratio:.3f}'} |")
+    return lines
+
+
+__all__ = ["servers_section"]
