@@ -251,6 +251,7 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
     # the serving layer sits above the system model: imported here, so `system` does not import `serving`
     from archsim.serving.results_doc import fabric_rows, serving_reading
     from archsim.serving.results_doc import rows as serving_rows
+    from archsim.serving.servers_doc import REQUESTS_PER_SERVER, servers_section
     from archsim.serving.slow_thinking_doc import pool_l2_section, speculative_section, tree_section
 
     contexts = workload.contexts
@@ -315,6 +316,17 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         f"## Design space ({contexts[1] // 1024}K, G2.5)",
         "",
         *_dse_section(workload, contexts[1]),
+        "",
+        "## One pool, many servers (`g25-16s`, `g15-16s`)",
+        "",
+        f"`shared-prefix` served by 1 to 16 servers of 8 GPUs sharing one 3 TiB PNM pool (the 16-server presets "
+        f"cut to N servers: their GPUs, their ports, the pool side their routes reach), {REQUESTS_PER_SERVER} "
+        "requests per server at the scenario's recorded rate spread over 16 servers (0.244 requests/s per "
+        "server, so each server's load is the same at every N), with the requests' prefixes shared and with "
+        "every block private (no sharing). `pool side busy` is the shared side's busy share towards and away "
+        "from the GPUs; fairness is Jain's index over the servers' token throughputs. archsim/serving/servers_doc.py:",
+        "",
+        *servers_section(),
         "",
         "## Slow thinking: tree search, speculative decoding and the caches",
         "",
