@@ -67,13 +67,13 @@ def servers_section() -> list[str]:
             f"{_pool_side(g25)} | {'-' if fair is None else f'{fair:.3f}'} | "
             f"{'-' if not a or not b else f'{b / a:.3f}'} |")
         if n in (SERVERS[0], SERVERS[-1]):
-            ends.append((n, a, hit, _ttft(runs[("g25-16s", False)]), g25))
+            ends.append((n, a, hit, _ttft(runs[("g25-16s", False)]), g25, g15))
     return lines + ["", _reading(ends)]
 
 
 def _reading(ends: list) -> str:
     """What the first and last rows say, in their own numbers, and the per-server port that sets G2.5's prefill."""
-    (n0, ttft0, hit0, alone0, _), (n1, ttft1, hit1, alone1, run) = ends
+    (n0, ttft0, hit0, alone0, _, _), (n1, ttft1, hit1, alone1, run, g15) = ends
     if None in (ttft0, ttft1, hit0, hit1, alone0, alone1) or run.result is None:
         return "Some points did not run; see their status above."
     spec = run.result.spec
@@ -87,7 +87,17 @@ def _reading(ends: list) -> str:
             f"without sharing it is {alone0:,.1f} and {alone1:,.1f} ms. Each G2.5 server reaches the pool "
             f"through one x16 port ({port_GBps:.1f} GB/s, Beluga's wiring): a mean prompt of "
             f"{prompt:,.0f} tokens writes {prompt * spec.kv_bytes_per_token / 1e9:.2f} GB of KV, {write_ms:,.1f} ms "
-            "at the port alone, which is where G1.5's scale-up links (a leaf per server) gain.")
+            f"at the port alone; at {n1} servers G2.5's mean prefill is {_prefill(run):,.1f} ms against G1.5's "
+            f"{_prefill(g15):,.1f} ms on its scale-up links (queueing {_queueing(run):,.1f} against "
+            f"{_queueing(g15):,.1f} ms).")
+
+
+def _prefill(run: SystemRun) -> float:
+    return float(((run.metrics or {}).get("breakdown_ms") or {}).get("prefill") or 0.0)
+
+
+def _queueing(run: SystemRun) -> float:
+    return float(((run.metrics or {}).get("breakdown_ms") or {}).get("queueing") or 0.0)
 
 
 __all__ = ["servers_section"]
