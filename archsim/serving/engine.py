@@ -917,9 +917,7 @@ class _Engine:
         src = int(self.res[r])
         hbm, pool = self._sides(i, exclude=r)
         gain_ns = self.placer.step_gain_ns(hbm, pool, int(self.ctx[r]), src > 0) * self._decode_horizon()
-        size = float(self.ctx[r] * self.kvb)
-        link = self.link_spec[self.link_of_tier[self.pool_tier]]
-        if gain_ns > link.latency_ns + size / link.bandwidth_GBps:
+        if gain_ns > self._alone_ns(self.pool_tier, i, float(self.ctx[r] * self.kvb)):
             self._start_move(i, r, t)
 
     def _start_move(self, i: int, r: int, t: float) -> bool:
@@ -1092,18 +1090,24 @@ class _Engine:
     def _load_pays(self, r: int, hits: np.ndarray, lead: int, found: int, v: int) -> bool:
         """Loading the hit blocks from lower tiers beats recomputing them (and what follows the first)."""
         load_ns = 0.0
+        i = int(self.inst[r])
         for w in np.unique(hits[hits > v]).tolist():
-            name = self.link_of_tier[self.base + w]
-            link = self.link_spec[name]
             size = np.count_nonzero(hits == w) * self.block_bytes
-            sharing = self.links.in_flight(name) + 1         # as the link is shared now
-            load_ns = max(load_ns, link.latency_ns + size * sharing / link.bandwidth_GBps)
+            load_ns = max(load_ns, self._alone_ns(self.base + w, i, size, shared=True))
         target = int(self.target[r])
         c_lead, c_all = lead * self.bt, found * self.bt
         one = np.array([r], dtype=np.int64)
         recompute_ns = self._iteration_ns(one, np.array([c_lead]), np.array([target - c_lead])) - \
             self._iteration_ns(one, np.array([c_all]), np.array([target - c_all]))
         return load_ns < recompute_ns
+
+    def _alone_ns(self, tier: int, instance: int, size_bytes: float, shared: bool = False) -> float:
+        """A transfer's time over instance's path to `tier`: its links' latency, and its bytes at the slowest
+        link's rate (`shared`: that link's bandwidth split with the transfers on it now, one more for this)."""
+        path = [self.link_spec[name] for name in self._path(tier, instance)]
+        bytes_ns = max(size_bytes * ((self.links.in_flight(x.name) + 1) if shared else 1) / x.bandwidth_GBps
+                       for x in path)
+        return sum(x.latency_ns for x in path) + bytes_ns
 
     def _start_load(self, i: int, r: int, seq_keys: np.ndarray, hits: np.ndarray, cached_blocks: int,
                     t: float) -> None:
