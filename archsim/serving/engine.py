@@ -417,15 +417,14 @@ class _Engine:
         return self._result(time.perf_counter() - wall)
 
     def _plan_arrivals(self, first: np.ndarray) -> None:
-        """Round robin and no later turns: every arrival's instance is known before the run (the accepted ones
-        in arrival order, one instance after the other), so where instances share no tier a decode stretch need
-        stop only at its own instance's next arrival (`own_arrivals[i]`, times ascending; `own_next[i]` the
-        first not yet come). Where they share one, another instance's admission can take the room a stretch
-        pinned ahead, so every arrival bounds it."""
+        """Round robin, no later turns and no tier but each instance's HBM: every arrival's instance is known
+        before the run (the accepted ones in arrival order, one instance after the other), and nothing else
+        couples the instances, so a decode stretch need stop only at its own instance's next arrival
+        (`own_arrivals[i]`, times ascending; `own_next[i]` the first not yet come). Where they share a tier,
+        another instance's admission can take the room a stretch pinned ahead, so every arrival bounds it."""
         self.own_arrivals: list[np.ndarray] | None = None
         k = self.routable
-        if self.spec.router != "round_robin" or k < 2 or math.isfinite(self.min_think_ns) or \
-                self.routable < self.spec.instances:
+        if self.spec.router != "round_robin" or k < 2 or math.isfinite(self.min_think_ns) or self.T > 1:
             return
         order = first[np.lexsort((first, self.arrival[first]))]     # the heap's order: time, then id
         accepted = np.array([r for r in order.tolist() if not self._refused(r)], dtype=np.int64)
@@ -617,8 +616,7 @@ class _Engine:
         head = self.waiting[i][0] if self.waiting[i] else -1
         coupled = self.base > 0 or self.auto or self.routable < self.spec.instances or \
             (head >= 0 and self.res[head] > 0)
-        bound = min(self._arrival_bound(i, t) if self.T == 1 and not coupled else
-                    (self.heap[0][0] if self.heap else math.inf), self._link_bound())
+        bound = min(self._arrival_bound(i, t), self._link_bound())
         if self.iter_heap:
             others = self.iter_heap[0][0]
             bound = min(bound, others if coupled else others + self.min_think_ns)
@@ -1350,15 +1348,14 @@ class _Engine:
         transfer whose end wakes `who`. False when there is nothing to move."""
         if size_bytes <= 0:
             return False
-        path = self._path(tier, who if what in (X_ITER, X_ITER_WRITE) else int(self.inst[who]))
-        if what in WRITES:
+        instance = who if what in (X_ITER, X_ITER_WRITE) else int(self.inst[who])
+        path = self._path(tier, instance)
+        if what in WRITES:           # the other direction: the same bandwidth and latency
             path = tuple(self.write_link[name] for name in path)
         tid = self.links.start(path if self.servers > 1 else path[0], size_bytes, t)
         self.transfer_of[tid] = (what, who)
         if what != X_WRITE:          # no sooner than alone on its path
-            links = [self.links.link(name) for name in path]
-            floor = sum(x.latency_ns for x in links) + size_bytes / min(x.bandwidth_GBps for x in links)
-            heapq.heappush(self.wake_floor, (t + floor, tid))
+            heapq.heappush(self.wake_floor, (t + self._alone_ns(tier, instance, size_bytes), tid))
         name = path[0]
         if self.pool_bytes is not None and tier == self.pool_index and what not in (X_ITER, X_ITER_WRITE):
             self.pool_transfer[tid] = (t, size_bytes)    # an iteration's reads and writes count with it

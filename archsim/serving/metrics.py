@@ -40,15 +40,8 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
               tpot_target_ns: float | None = None) -> dict:
     """The run's figures as a JSON-ready dict (times in ms, rates per second)."""
     ids = measured_requests(result, warmup_requests)
-    arrival = result.arrival_ns[ids]
-    first = result.first_token_ns[ids]
-    last = result.last_token_ns[ids]
-    out = result.output_tokens[ids]
-    ttft = first - arrival
-    several = out > 1
-    tpot = (last[several] - first[several]) / (out[several] - 1)
-    e2e = last - arrival
-    window_s = (last.max() - arrival.min()) / 1e9 if len(ids) else 0.0
+    first, last, out = result.first_token_ns[ids], result.last_token_ns[ids], result.output_tokens[ids]
+    ttft, tpot, e2e, window_s = _latencies(result, ids)
 
     def per_s(count: float) -> float | None:
         return count / window_s if window_s > 0 else None
@@ -83,26 +76,31 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
     }
 
 
+def _latencies(result: ServingResult, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """TTFT, TPOT (requests of more than one output token) and E2E in ns of the requests `ids`, and their
+    window in s: the first arrival to the last token."""
+    arrival, first, last = result.arrival_ns[ids], result.first_token_ns[ids], result.last_token_ns[ids]
+    out = result.output_tokens[ids]
+    several = out > 1
+    window_s = (last.max() - arrival.min()) / 1e9 if len(ids) else 0.0
+    return first - arrival, (last[several] - first[several]) / (out[several] - 1), last - arrival, window_s
+
+
 def _servers(result: ServingResult, ids: np.ndarray) -> dict:
     """With several servers: each server's requests' figures (by the instance that served them last), and Jain's
     fairness index over the servers' token throughputs (1: equal; 1/servers: one server has it all)."""
     spec = result.spec
     if spec.servers == 1:
         return {}
-    server = result.instance[ids] * spec.servers // spec.instances
+    server = spec.server_of(result.instance[ids])
     entries = []
     for s in range(spec.servers):
         mine = ids[server == s]
-        arrival, first, last, out = (result.arrival_ns[mine], result.first_token_ns[mine], result.last_token_ns[mine],
-                                     result.output_tokens[mine])
-        several = out > 1
-        window_s = (last.max() - arrival.min()) / 1e9 if len(mine) else 0.0
-        entries.append({
-            "server": s, "requests_measured": int(len(mine)),
-            "ttft_ms": distribution_ms(first - arrival),
-            "tpot_ms": distribution_ms((last[several] - first[several]) / (out[several] - 1)),
-            "e2e_ms": distribution_ms(last - arrival),
-            "throughput_tokens_per_s": float(out.sum() / window_s) if window_s > 0 else None})
+        ttft, tpot, e2e, window_s = _latencies(result, mine)
+        out = float(result.output_tokens[mine].sum())
+        entries.append({"server": s, "requests_measured": int(len(mine)), "ttft_ms": distribution_ms(ttft),
+                        "tpot_ms": distribution_ms(tpot), "e2e_ms": distribution_ms(e2e),
+                        "throughput_tokens_per_s": out / window_s if window_s > 0 else None})
     rates = np.array([e["throughput_tokens_per_s"] or 0.0 for e in entries])
     jain = float(rates.sum() ** 2 / (len(rates) * (rates ** 2).sum())) if rates.any() else None
     return {"servers": entries, "server_fairness": jain}

@@ -25,7 +25,8 @@ SYSTEMS = ("g25-16s", "g15-16s")
 def _run(system: str, servers: int, sharing: bool) -> SystemRun:
     scenario = load_scenario("shared-prefix", [f"scenario.arrivals.rate_per_s={RATE_PER_SERVER * servers!r}"])
     source = requests_source(scenario, REQUESTS_PER_SERVER * servers, None, 0, None if sharing else without_reuse)
-    config = load_system_config(system, [f"system.servers={servers}", f"system.gpus.count={8 * servers}"])
+    per_server = load_system_config(system).gpus_per_server
+    config = load_system_config(system, [f"system.servers={servers}", f"system.gpus.count={per_server * servers}"])
     return run_system(config, scenario, source, warmup=0)
 
 

@@ -4,7 +4,7 @@ iteration. The lead builds these from `system.kv.tiers` and `system.serving`; th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -63,7 +63,8 @@ class ServingSpec:
     pool_dram_GBps: float = 0.0     # the modelled pool's peak DRAM bandwidth (0: no pool), for utilization over time
     servers: int = 1                # instances split evenly over servers, each reaching the tiers by its own port
 
-    def server_of(self, instance: int) -> int:
+    def server_of(self, instance: Any) -> Any:
+        """The server of an instance (or of an array of them)."""
         return instance * self.servers // self.instances
 
     @property
