@@ -24,18 +24,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from archsim.interconnect.flows import max_min_rates
-from archsim.serving.transfers import Link, LinkCounters
+from archsim.serving.transfers import Link, LinkCounters, links_by_name
 
 
 class PathSharing:
     """Every link of a system and the transfers crossing them; see the module docstring."""
 
     def __init__(self, links: Iterable[Link]) -> None:
-        self._links: dict[str, Link] = {}
-        for link in links:
-            if link.name in self._links:
-                raise ValueError(f"link {link.name} given twice")
-            self._links[link.name] = link
+        self._links = links_by_name(links)
         self._names = list(self._links)
         self._index = {name: k for k, name in enumerate(self._names)}
         self._capacity = [float(link.bandwidth_GBps) for link in self._links.values()]

@@ -136,11 +136,7 @@ class LinkSharing:
     """Every link of a system; see the module docstring."""
 
     def __init__(self, links: Iterable[Link]) -> None:
-        self._links: dict[str, _LinkState] = {}
-        for link in links:
-            if link.name in self._links:
-                raise ValueError(f"link {link.name} given twice")
-            self._links[link.name] = _LinkState(link)
+        self._links = {name: _LinkState(link) for name, link in links_by_name(links).items()}
         self.now_ns = 0.0
         self._next_id = 0
         self._done: list[tuple[float, int]] = []  # finished but not yet reported by advance
@@ -243,6 +239,16 @@ def links_of_tiers(tiers: Iterable) -> list[Link]:
                              f"{link.latency_ns} ns here but {links[link.name].bandwidth_GBps} GB/s, "
                              f"{links[link.name].latency_ns} ns for an earlier tier")
     return list(links.values())
+
+
+def links_by_name(links: Iterable[Link]) -> dict[str, Link]:
+    """The links keyed by name, in order; a name given twice is an error."""
+    out: dict[str, Link] = {}
+    for link in links:
+        if link.name in out:
+            raise ValueError(f"link {link.name} given twice")
+        out[link.name] = link
+    return out
 
 
 def server_link_name(name: str, server: int) -> str:
