@@ -44,7 +44,7 @@ def prepare_kernel(variant: KernelVariant, args: tuple, what: str) -> str:
     else:
         with compile_lock(dispatcher, what):
             if not _on_disk(dispatcher) and sys.stderr.isatty():
-                print(f"archsim: compiling the memory kernel for {what}: first run only, 25-50 s on 2 cores; "
+                print(f"archsim: compiling the memory kernel for {what}: first run only, 10-25 s on 2 cores; "
                       f"later runs load it from numba's cache", file=sys.stderr, flush=True)
             dispatcher.compile(signature)  # loads what a process that held the lock before us compiled
     outcome = "hit" if sum(dispatcher.stats.cache_hits.values()) else "miss"

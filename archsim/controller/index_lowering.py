@@ -30,6 +30,8 @@ import types
 from collections.abc import Callable
 
 from numba.core import event as numba_event
+from numba.core import types as numba_types
+from numba.core.registry import CPUDispatcher
 
 from archsim.controller.codes import FLAT_ARRAYS
 from archsim.jit import njit
@@ -74,6 +76,19 @@ class _LowerIndexing(ast.NodeTransformer):
             node.slice = _as_unsigned(node.slice)
         return node
 
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id in _SCALAR_CALLS and len(node.args) == 2
+                and not node.keywords):
+            node.func = ast.copy_location(ast.Name(id=_SCALAR_CALLS[node.func.id], ctx=ast.Load()), node.func)
+        return node
+
+
+# max(a, b) and min(a, b) of two scalars compile as calls of these (defined below): numba types a call of its
+# builtin max through its overload machinery at every call site and every round of type inference, 2,000 times
+# in the plain kernel; a plain function of two arguments types from its dispatcher's signatures
+_SCALAR_CALLS = {"max": "_kernel_max2", "min": "_kernel_min2"}
+
 
 def _check_numpy(fn: Callable) -> None:
     if "np" not in fn.__globals__:
@@ -106,6 +121,8 @@ def with_lowered_indexing(fn: Callable, name: str | None = None, global_values: 
 
 
 def _rebuilt(fn: Callable, name: str | None, global_values: dict | None) -> types.FunctionType:
+    for scalar_call in _SCALAR_CALLS.values():  # the lowered code calls them by name in the function's module
+        fn.__globals__.setdefault(scalar_call, globals()[scalar_call])
     namespace = fn.__globals__ if global_values is None else {**fn.__globals__, **global_values}
     rebuilt = types.FunctionType(fn.__code__, namespace, name or fn.__name__, fn.__defaults__)
     rebuilt.__qualname__ = name or fn.__qualname__
@@ -154,10 +171,48 @@ class _LowerBeforeCompiling(numba_event.Listener):
 numba_event.register("numba:compile", _LowerBeforeCompiling())
 
 
+def _plain_type(arg: numba_types.Type) -> numba_types.Type:
+    """A constant's type without its value, a narrow signed integer widened to int64 (a pseudo-channel read from
+    an int32 array, say): a value-preserving widening that arithmetic with int64 does anyway."""
+    arg = numba_types.unliteral(arg)
+    if isinstance(arg, numba_types.Integer) and arg.signed and arg.bitwidth < 64:
+        return numba_types.int64
+    return arg
+
+
+class _InlinedDispatcher(CPUDispatcher):
+    """The dispatcher of a function compiled only to be inlined into the kernel, for its arguments' plain types
+    (`_plain_type`), never for a constant's literal type. LLVM folds a constant argument into the inlined body
+    anyway, so a version per literal (`earliest(ACT, ...)`, `earliest(RD, ...)`) or per integer width would only
+    add compile time (23 of the plain kernel's 95 compiles were such versions)."""
+
+    def get_call_template(self, args, kws):
+        return super().get_call_template(tuple(_plain_type(a) for a in args),
+                                         {k: _plain_type(v) for k, v in kws.items()})
+
+    def __call__(self, *args, **kwargs):
+        """A call from Python (tests call helpers so): through a twin compiled with the wrapper this one lacks."""
+        if self._python_twin is None:
+            self._python_twin = njit(error_model="numpy")(self.py_func)
+        return self._python_twin(*args, **kwargs)
+
+
+def _inlined(fn: Callable, cache: bool) -> _InlinedDispatcher:
+    """`fn` compiled to be inlined into the kernel (LLVM's alwaysinline), with no wrapper to call it from Python:
+    the wrappers took a third of the kernel's compile and nothing calls a stage or helper from Python."""
+    dispatcher = _InlinedDispatcher(py_func=fn, locals={}, targetoptions={
+        "nopython": True, "boundscheck": None, "forceinline": True, "error_model": "numpy",
+        "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+    dispatcher._python_twin = None
+    if cache:
+        dispatcher.enable_caching()
+    return dispatcher
+
+
 def kernel_helper(fn: Callable, cache: bool = True):
     """Decorator of the kernel's helpers: `fn` with its indexing lowered, compiled to be inlined into the kernel."""
     _check_numpy(fn)
-    return njit(cache=cache, forceinline=True, error_model="numpy")(deferred_lowering(fn))
+    return _inlined(deferred_lowering(fn), cache)
 
 
 def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | None = None,
@@ -168,4 +223,16 @@ def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | No
     after linking. Not cached by itself: the kernel's cache entry holds it, under a name keyed on every source it
     reaches (`source_digest`)."""
     _check_numpy(fn)
-    return njit(cache=False, forceinline=True, error_model="numpy")(deferred_lowering(fn, name, global_values, frozen))
+    return _inlined(deferred_lowering(fn, name, global_values, frozen), cache=False)
+
+
+def _max2(a, b):
+    return b if b > a else a  # Python's max(a, b): the first of equals
+
+
+def _min2(a, b):
+    return b if b < a else a  # Python's min(a, b): the first of equals
+
+
+_kernel_max2 = _inlined(_max2, cache=False)
+_kernel_min2 = _inlined(_min2, cache=False)

@@ -43,8 +43,9 @@ def kernel_cached(system: SystemConfig) -> bool:
 
 
 # relative cost of a run, from the README main job (2000 multiturn requests, warm): a kernel-free system 2.2 s,
-# the first PNM system of a process 6.4 s (it runs the timed PNM unit), a later one on the same pool 5.9 s
-PLAIN_COST, KERNEL_FIRST_COST, KERNEL_NEXT_COST = 1.0, 2.9, 2.7
+# the first PNM system of a process 6.4 s (it runs the timed PNM unit), a later one on the same pool 5.9 s; and
+# compiling the memory kernel's variant when numba's cache does not hold it, 21 s
+PLAIN_COST, KERNEL_FIRST_COST, KERNEL_NEXT_COST, COMPILE_COST = 1.0, 2.9, 2.7, 9.5
 
 
 def _pool_key(system: SystemConfig) -> str:
@@ -57,19 +58,21 @@ def hand_out_order(systems: Sequence[SystemConfig], cached: Callable[[SystemConf
     """Groups of indices of `systems`, each served in turn by one worker, in the order workers take them.
     Kernel systems on equal pools go together (the later ones reuse the first one's PNM runs) as long as a
     group stays within an even share of the estimated work. With the kernel in numba's cache the kernel groups
-    go first (longest first balances the workers); without it, the first of them goes first, then the systems
-    without the kernel (served while it compiles), then the other kernel groups."""
+    go first (longest first balances the workers); without it, the first of them goes first and carries the
+    compile (so the systems sharing its pool may go to another worker, which loads the kernel once compiled),
+    then the systems without the kernel (served while it compiles), then the other kernel groups."""
     kernel: dict[str, list[int]] = {}
     for k, s in enumerate(systems):
         if uses_memory_kernel(s):
             kernel.setdefault(_pool_key(s), []).append(k)
     plain = [[k] for k, s in enumerate(systems) if not uses_memory_kernel(s)]
+    compiles = not all(cached(systems[k]) for ks in kernel.values() for k in ks)
     total = PLAIN_COST * len(plain) + sum(KERNEL_FIRST_COST + KERNEL_NEXT_COST * (len(ks) - 1)
-                                          for ks in kernel.values())
+                                          for ks in kernel.values()) + COMPILE_COST * compiles
     share = total / max(jobs, 1)
     groups: list[list[int]] = []
     for ks in kernel.values():
-        group, cost = [], 0.0
+        group, cost = [], COMPILE_COST * compiles * (not groups)
         for k in ks:
             add = KERNEL_NEXT_COST if group else KERNEL_FIRST_COST
             if group and cost + add > share:
@@ -78,10 +81,9 @@ def hand_out_order(systems: Sequence[SystemConfig], cached: Callable[[SystemConf
             group.append(k)
             cost += add
         groups.append(group)
-    groups.sort(key=len, reverse=True)
-    if all(cached(systems[k]) for g in groups for k in g):
-        return groups + plain
-    return groups[:1] + plain + groups[1:]
+    if not compiles:
+        return sorted(groups, key=len, reverse=True) + plain
+    return groups[:1] + plain + sorted(groups[1:], key=len, reverse=True)
 
 
 def usable_cores() -> int:
