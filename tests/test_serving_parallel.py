@@ -88,6 +88,8 @@ def test_kernel_systems_go_first_when_cached_and_around_the_others_when_they_com
     main_job = load_system_configs(["g25", "g15", "g25-nopnm", "g15-nopnm", "gpu-hbm", "host-dram", "nvme",
                                     "rdma-pool"], [])
     assert parallel.hand_out_order(main_job, cached=lambda s: True) == [[0, 1], [2], [3], [4], [5], [6], [7]]
+    # cold, g25 carries the compile: g15 comes last, to the worker that served the six others meanwhile
+    assert parallel.hand_out_order(main_job, cached=lambda s: False) == [[0], [2], [3], [4], [5], [6], [7], [1]]
     # different pools never share a group
     other_pool = load_system_configs(["g25"], ["system.pool.devices=4"])
     mixed = [*other_pool, *main_job[1:]]
