@@ -92,6 +92,20 @@ class Command:
     resolve: Callable[[dict[str, Any], list[str]], dict[str, Any]]
     check: Callable[[dict[str, Any], list[str]], None]  # builds the configs: raises ConfigError
     run: Callable[[dict[str, Any], list[str]], dict[str, Any]]
+    # what points sharing memoized work have in common, from their resolved inputs (archsim.sweep.runner.batches
+    # runs them in one task); None: every point is a task of its own
+    affinity: Callable[[dict[str, Any]], str] | None = None
+
+
+def _pool_affinity(resolved: dict[str, Any]) -> str:
+    """A simulate or compare point's memoized work (the PNM unit's timed kernel runs, the pool's DRAM
+    replays: archsim.system.attention, archsim.system.pooldram) follows each system's pool and sampling and the
+    workload, not its links or GPUs: points alike in these share it."""
+    import json
+
+    systems = [t.get("system") if isinstance(t, dict) else t for t in resolved.get("systems", [])]
+    parts = [[s.get("pool"), s.get("sampling")] if isinstance(s, dict) else s for s in systems]
+    return json.dumps([parts, resolved.get("workload")], sort_keys=True, default=str)
 
 
 # -- simulate / compare -------------------------------------------------------------------------------------------
@@ -392,10 +406,10 @@ def commands() -> dict[str, Command]:
     return {
         "simulate": Command("simulate", ("system", "workload", "contexts"), ("system", "workload"),
                             ("system.", "workload."), keys, STEP_GROUPS, _resolve_simulate, _check_simulate,
-                            _run_simulate),
+                            _run_simulate, _pool_affinity),
         "compare": Command("compare", ("systems", "workload", "contexts"), ("systems", "workload"),
                            ("system.", "workload."), keys, STEP_GROUPS, _resolve_simulate, _check_simulate,
-                           _run_simulate),
+                           _run_simulate, _pool_affinity),
         "serve": Command("serve", ("systems", "system", "scenario", "requests", "duration", "seed", "warmup_requests"),
                          ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS | SERVE_OPTIONAL_KEYS,
                          SERVE_GROUPS, _resolve_serve, _check_serve, _run_serve),
