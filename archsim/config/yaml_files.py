@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from archsim.errors import ConfigError
-from archsim.inputs import check_input, read_text_input
+from archsim.inputs import read_text_input
 
 
 def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, int, int] | None:
@@ -36,9 +35,10 @@ def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, int, int] | N
     return None
 
 
-# parsed files by (path, size, mtime, inode): a sweep builds the same system, memory, energy and GPU files at every
-# point, and parsing them (pure-Python YAML) was most of a simulate point's time. An edited file is read again.
-_PARSED: dict[tuple[str, int, int, int], Any] = {}
+# parsed trees by the file's text: a sweep builds the same system, memory, energy and GPU files at every point,
+# and parsing them (pure-Python YAML) was most of a simulate point's time. The file is still read each time (a
+# few microseconds), so an edited file is parsed again however quickly it was rewritten.
+_PARSED: dict[str, Any] = {}
 _PARSED_MAX = 128
 # libyaml's parser when PyYAML has it (the same documents, several times faster); errors are re-read with the
 # Python one so every message stays as it was
@@ -49,18 +49,16 @@ def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; unreadable files, syntax errors and duplicate keys name the file (and the line).
 
     YAML itself lets a repeated key silently replace the first; in a config that hides a typo or a
-    merge mistake, so it is refused. The tree is the caller's own (a copy of the cached parse).
+    merge mistake, so it is refused. The tree is the caller's own (a copy of the one parse of this text).
     """
     file = str(path)
-    check_input(path, ConfigError)
-    info = os.stat(file)
-    key = (file, info.st_size, info.st_mtime_ns, info.st_ino)
-    if key not in _PARSED:
-        tree = _parse(read_text_input(path, ConfigError, what="YAML"), file)
+    text = read_text_input(path, ConfigError, what="YAML")
+    if text not in _PARSED:
+        tree = _parse(text, file)
         if len(_PARSED) >= _PARSED_MAX:
             _PARSED.pop(next(iter(_PARSED)))
-        _PARSED[key] = tree
-    return copy.deepcopy(_PARSED[key])
+        _PARSED[text] = tree
+    return copy.deepcopy(_PARSED[text])
 
 
 def _parse(text: str, file: str) -> Any:
