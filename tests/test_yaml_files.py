@@ -51,6 +51,20 @@ def test_an_edited_file_is_read_again(tmp_path, parses):
     assert len(parses) == 2
 
 
+def test_the_cache_is_bounded(tmp_path, parses, monkeypatch):
+    monkeypatch.setattr(yaml_files, "_PARSED", {})
+    monkeypatch.setattr(yaml_files, "_PARSED_MAX", 3)
+    monkeypatch.setattr(yaml_files, "_PARSED_MAX_CHARS", 20)
+    for i in range(5):
+        (tmp_path / f"{i}.yaml").write_text(f"a: {i}\n")
+        assert read_yaml(tmp_path / f"{i}.yaml") == {"a": i}
+    assert len(yaml_files._PARSED) == 3
+    big = tmp_path / "big.yaml"
+    big.write_text("b: " + "x" * 30 + "\n")
+    assert read_yaml(big) == read_yaml(big) == {"b": "x" * 30}
+    assert len(parses) == 7 and len(yaml_files._PARSED) == 3  # the big one parsed at each read, never kept
+
+
 @pytest.mark.parametrize("relative", ["configs/systems/g25.yaml", "configs/memory/hbm3e.yaml",
                                       "configs/energy/default.yaml", "configs/gpus/h100.yaml",
                                       "configs/pnm/default.yaml", "configs/sweeps/dse-pnm.yaml"])

@@ -39,7 +39,8 @@ def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, int, int] | N
 # and parsing them (pure-Python YAML) was most of a simulate point's time. The file is still read each time (a
 # few microseconds), so an edited file is parsed again however quickly it was rewritten.
 _PARSED: dict[str, Any] = {}
-_PARSED_MAX = 128
+_PARSED_MAX = 128  # files kept, the oldest dropped first
+_PARSED_MAX_CHARS = 1 << 20  # a larger file is parsed at every read (configs are a few KB)
 # libyaml's parser when PyYAML has it (the same documents, several times faster); errors are re-read with the
 # Python one so every message stays as it was
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -53,6 +54,8 @@ def read_yaml(path: str | Path) -> Any:
     """
     file = str(path)
     text = read_text_input(path, ConfigError, what="YAML")
+    if len(text) > _PARSED_MAX_CHARS:
+        return _parse(text, file)
     if text not in _PARSED:
         tree = _parse(text, file)
         if len(_PARSED) >= _PARSED_MAX:
