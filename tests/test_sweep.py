@@ -81,6 +81,12 @@ def test_grid_is_the_product_of_axes_and_zipped_groups(tmp_path):
     assert len({json.dumps(p, sort_keys=True) for p in points}) == 8
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "sweeps").glob("*.yaml")))
+def test_every_shipped_spec_loads(name):
+    spec = load_spec(name)
+    assert spec.name == name and spec.grid_size >= 20 and spec.objectives
+
+
 def test_ranges_log_ranges_and_random_search(tmp_path):
     def edit(s):
         s["axes"] = {"workload.batch": {"log_range": [1, 64, 7]}, "workload.decode_steps": {"range": [1, 9, 4]}}
