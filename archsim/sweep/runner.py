@@ -1,11 +1,12 @@
 """Running a sweep: the missing points on local worker processes or a Dask cluster, each kept in the store.
 
-Points run in-process through the command's own functions (archsim.sweep.commands). A worker imports archsim
-and loads the memory kernel from numba's cache once, in its initializer, not per point. The main process alone
-writes the store, one transaction per point as each result arrives, so killing it at any instant loses at most
-the points still in flight, which `--resume` computes again.
+Points run in-process through the command's own functions (archsim.sweep.commands), in tasks of points that
+share memoized work (batches). A worker holds archsim's imports and the memory kernel loaded from numba's cache
+once, not per point: forked from the main process after it loaded them (Linux), or loading them in its
+initializer. The main process alone writes the store, one transaction per point as each task's results arrive,
+so killing it at any instant loses at most the tasks still in flight, which `--resume` computes again.
 
-Why one module of about 500 lines: the point runner, the two executors and the outputs (points, Pareto front,
+Why one module of about 600 lines: the point runner, the two executors and the outputs (points, Pareto front,
 replicas, sensitivity plots) all read one spec, one store and its rows in the order the spec plans them.
 """
 
@@ -333,8 +334,8 @@ BATCH_MAX = 32  # points in one task at most: what a kill loses in flight, and h
 def batches(points: list[PlannedPoint], workers: int) -> list[list[PlannedPoint]]:
     """The points as tasks, largest first. Points of one affinity (sharing memoized work: a simulate point's PNM
     timed runs and pool DRAM replays) go in one task, so that work is done once, not once per worker that meets
-    them, and short points spare a round trip each; a point of no affinity (serve, pnm, replay: seconds, or
-    nothing shared) is a task alone. A group larger than BATCH_MAX, or than a quarter of each worker's share, is
+    them, and short points spare a round trip each; a point of no affinity (serve, pnm and replay points share
+    nothing) is a task alone. A group larger than BATCH_MAX, or than a quarter of each worker's share, is
     split, so every worker gets several tasks and the last ones are short."""
     size = max(1, min(BATCH_MAX, math.ceil(len(points) / (4 * max(1, workers)))))
     groups: dict[str, list[PlannedPoint]] = {}
@@ -359,9 +360,8 @@ def _local_pool(workers: int) -> Any:
     fork = sys.platform == "linux" and threading.active_count() == 1
     if fork:
         warm_worker()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork" if fork else
-                                                                                          "spawn"),
-                               initializer=warm_worker)
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=warm_worker)
     if fork:
         pool.submit(int)  # forks every worker now, before this process starts any thread
     return pool
