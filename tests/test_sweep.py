@@ -81,6 +81,12 @@ def test_grid_is_the_product_of_axes_and_zipped_groups(tmp_path):
     assert len({json.dumps(p, sort_keys=True) for p in points}) == 8
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "configs" / "sweeps").glob("*.yaml")))
+def test_every_shipped_spec_loads(name):
+    spec = load_spec(name)
+    assert spec.name == name and spec.grid_size >= 20 and spec.objectives
+
+
 def test_ranges_log_ranges_and_random_search(tmp_path):
     def edit(s):
         s["axes"] = {"workload.batch": {"log_range": [1, 64, 7]}, "workload.decode_steps": {"range": [1, 9, 4]}}
@@ -207,8 +213,8 @@ def _wait_for_kill_instant(proc: subprocess.Popen, out: Path, rng: random.Random
 
 @pytest.mark.slow
 def test_sigkill_at_random_instants_then_resume_loses_and_duplicates_nothing(tmp_path):
-    def edit(s):
-        s["axes"]["workload.batch"] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32]
+    def edit(s):  # 180 points: a point takes ~10 ms and a task holds the 3 contexts of one workload, so 20 kills
+        s["axes"]["workload.batch"] = {"range": [1, 30, 1]}  # that each let 1-3 more points in leave most undone
         s["axes"]["contexts"] = ["1K", "4K", "16K"]
     path = _spec(tmp_path, edit)
     reference = tmp_path / "ref"
@@ -235,8 +241,131 @@ def test_sigkill_at_random_instants_then_resume_loses_and_duplicates_nothing(tmp
                             timeout=300)
     assert result.returncode == 0, result.stderr
     keys = _store_keys(out)
-    assert len(keys) == 60 == len(set(keys))
+    assert len(keys) == 180 == len(set(keys))
     assert _rows(out / "points.csv") == _rows(reference / "points.csv")
+
+
+# -- how points reach the workers ------------------------------------------------------------------------------
+
+def test_batches_keep_an_affinity_on_one_worker_and_run_the_largest_first():
+    from archsim.sweep.runner import BATCH_MAX, PlannedPoint, batches
+
+    def points(groups: dict[str, int]) -> list[PlannedPoint]:
+        out = []
+        for affinity, n in groups.items():
+            out += [PlannedPoint(len(out), {}, {}, [], f"{affinity}{i}", affinity) for i in range(n)]
+        return out
+
+    tasks = batches(points({"a": 3, "b": 20, "c": 20, "": 2}), workers=2)  # "": no affinity, a task each
+    assert [len(t) for t in tasks] == [5] * 8 + [3, 1, 1]  # at most 45 / (4 x 2) -> 6 a task, split evenly
+    assert all(len({p.affinity for p in t}) == 1 for t in tasks)
+    assert sorted(p.key for t in tasks for p in t) == sorted(p.key for p in points({"a": 3, "b": 20, "c": 20,
+                                                                                     "": 2}))
+    assert [p.key for p in tasks[0]] == [f"b{i}" for i in range(5)]  # plan order inside a task
+    big = batches(points({"a": 1000}), workers=1)
+    assert max(len(t) for t in big) == BATCH_MAX and sum(len(t) for t in big) == 1000
+    assert [len(t) for t in batches(points({"a": 4}), workers=2)] == [1, 1, 1, 1]  # a search's small batch
+
+
+def test_bench_points_group_by_their_pool_not_their_links_or_system():
+    from archsim.sweep.runner import batches, plan
+
+    planned = plan(load_spec(REPO / "configs" / "sweeps" / "bench-200.yaml"))
+    tasks = batches(planned, workers=2)
+    # the 10 PNM designs (lanes x SRAM) of the shared pool: each task holds one, over g25 and g15, every link
+    # scale and both contexts, so one worker runs its timed PNM kernels once
+    assert [len(t) for t in tasks] == [20] * 10
+    for task in tasks:
+        keys = {(p.point["system.pool.pnm.macs_per_cycle"], p.point["system.pool.pnm.sram"]) for p in task}
+        assert len(keys) == 1 and {p.point["system"] for p in task} == {"g25", "g15"}
+
+
+def test_best_so_far_is_what_the_whole_rows_give_after_every_row(tmp_path):
+    import random as random_
+
+    from archsim.sweep.runner import BestSoFar, best_text, pareto
+
+    def edit(s):
+        s["objectives"] = [{"key": "decode_step_ns", "goal": "minimize", "select": {"context": "4K"}},
+                           {"key": "tokens_per_s", "goal": "maximize", "select": {"context": "4K"}}]
+    rng = random_.Random(3)
+    for objectives in (1, 2):
+        spec = load_spec(_spec(tmp_path, edit if objectives == 2 else None, f"s{objectives}.yaml"))
+        rows, best = [], BestSoFar(spec)
+        for _ in range(300):
+            step, tps = rng.choice([1.0, 2.0, 3.0]) * rng.randint(1, 9), float(rng.randint(1, 9))
+            status = rng.choice(["ok"] * 5 + ["failed: x"])
+            entry = {"system": "gpu-hbm", "context": 4096, "status": "ok", "decode_step_ns": step,
+                     "tokens_per_s": tps}
+            rows.append({"status": status, "result": {"results": [entry]}})
+            assert best.add(rows[-1]) == best_text(spec, rows)
+            if objectives == 2:
+                assert best.text() == f"pareto {len(pareto(spec, rows))}"
+        assert best.text() != "best -"
+
+
+def test_a_point_breaking_a_constraint_is_neither_best_nor_on_the_front(tmp_path):
+    from archsim.sweep.runner import best_text, feasible, objective_values, pareto
+
+    def edit(s):
+        s["objectives"] = [{"key": "decode_step_ns", "goal": "minimize", "select": {"context": "4K"}},
+                           {"key": "tokens_per_s", "goal": "maximize", "select": {"context": "4K"}}]
+        s["constraints"] = [{"key": "tokens_per_s", "min": 100, "select": {"context": "4K"}},
+                            {"key": "energy_pJ_per_token", "max": 5, "select": {"context": "4K"}}]
+    spec = load_spec(_spec(tmp_path, edit))
+
+    def row(step, tps, energy=1.0):
+        entry = {"system": "gpu-hbm", "context": 4096, "status": "ok", "decode_step_ns": step, "tokens_per_s": tps}
+        if energy is not None:
+            entry["energy_pJ_per_token"] = energy
+        return {"status": "ok", "result": {"results": [entry]}}
+    rows = [row(10.0, 200.0), row(1.0, 99.0), row(2.0, 500.0, energy=6.0), row(3.0, 900.0, energy=None),
+            row(12.0, 300.0)]
+    assert [feasible(spec, r) for r in rows] == [True, False, False, False, True]  # below min, above max, missing
+    assert objective_values(spec, rows[1]) is None
+    assert pareto(spec, rows) == [0, 4]  # the three that would dominate both break a constraint
+    single = load_spec(_spec(tmp_path, lambda s: edit(s) or s["objectives"].pop(), "single.yaml"))
+    assert best_text(single, rows) == "best decode_step_ns 10"
+
+
+@pytest.mark.component
+def test_local_workers_are_forked_warm_from_a_single_threaded_process():
+    """The CLI's process has one thread: its workers are forked after it loaded the spec, so they hold what it
+    parsed and imported (spawned workers would not hold the spec, which only the main process reads)."""
+    script = """
+import os, sys
+from archsim.sweep.runner import _local_pool
+from archsim.sweep.spec import load_spec
+
+def probe():
+    from archsim.config import yaml_files
+    return (os.getppid(), any("name: bench-200" in text for text in yaml_files._PARSED),
+            "archsim.memory" in sys.modules)
+
+if __name__ == "__main__":
+    load_spec("bench-200")
+    pool = _local_pool(2)
+    print(pool.submit(probe).result() == (os.getpid(), True, True))
+    pool.shutdown()
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert result.stdout.strip() == ("True" if sys.platform == "linux" else "False"), result.stderr
+
+
+def test_a_worker_reads_no_config_file_again_for_its_next_points(monkeypatch):
+    from archsim.config import yaml_files
+    from archsim.sweep.runner import plan, run_points
+
+    planned = plan(load_spec(REPO / "configs" / "sweeps" / "bench-200.yaml"))
+    items = [(p.inputs, p.overrides) for p in planned[:2] + planned[100:102]]  # g25 and g15
+    run_points("simulate", [items[0], items[2]], None)  # one point of each system
+    parsed = []
+    real = yaml_files._parse
+    monkeypatch.setattr(yaml_files, "_parse", lambda text, file: parsed.append(file) or real(text, file))
+    outs = run_points("simulate", items, None)
+    assert [o["status"] for o in outs] == ["ok"] * 4
+    assert parsed == []  # every system, memory, PNM, GPU, energy and link file parsed at the first point only
 
 
 # -- Optuna searches -------------------------------------------------------------------------------------------

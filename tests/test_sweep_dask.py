@@ -1,6 +1,6 @@
 """`archsim sweep` on Dask: a LocalCluster (`--scheduler local:2`) and a real `dask scheduler` with two
-`dask worker` processes on localhost (`tcp://127.0.0.1:PORT`) give the same rows as local processes; a
-scheduler that does not answer is one line within --connect-timeout."""
+`dask worker` processes on localhost (`tcp://127.0.0.1:PORT`) give the same rows as local processes, for a grid
+and for a random search; a scheduler that does not answer is one line within --connect-timeout."""
 
 from __future__ import annotations
 
@@ -35,25 +35,33 @@ def _run(*args: str):
     return CliRunner().invoke(main, ["sweep", *args, "--quiet"])
 
 
+def _random(s: dict) -> None:  # 5 of the 8 grid points, drawn by a seeded permutation
+    s["search"] = {"method": "random", "count": 5, "seed": 3}
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
+    """A grid and a random search on local processes: (spec path, rows) of each."""
     tmp = tmp_path_factory.mktemp("ref")
-    path = _spec(tmp)
-    assert _run(str(path), "--workers", "2", "--out", str(tmp / "out")).exit_code == 0
-    return path, _rows(tmp / "out" / "points.csv")
+    out = {}
+    for name, edit in (("grid", None), ("random", _random)):
+        path = _spec(tmp, edit, f"{name}.yaml")
+        assert _run(str(path), "--workers", "2", "--out", str(tmp / name)).exit_code == 0
+        out[name] = path, _rows(tmp / name / "points.csv")
+    assert len(out["grid"][1]) == 8 and len(out["random"][1]) == 5
+    return out
 
 
 @pytest.mark.slow
 def test_local_cluster_gives_the_rows_of_local_processes(tmp_path, reference):
-    path, rows = reference
-    result = _run(str(path), "--scheduler", "local:2", "--out", str(tmp_path / "out"))
-    assert result.exit_code == 0, result.output
-    assert _rows(tmp_path / "out" / "points.csv") == rows and len(rows) == 8
+    for name, (path, rows) in reference.items():
+        result = _run(str(path), "--scheduler", "local:2", "--out", str(tmp_path / name))
+        assert result.exit_code == 0, result.output
+        assert _rows(tmp_path / name / "points.csv") == rows, name
 
 
 @pytest.mark.slow
 def test_tcp_scheduler_and_workers_on_localhost(tmp_path, reference):
-    path, rows = reference
     port = _free_port()
     dask = shutil.which("dask") or pytest.fail("the dask command is missing (pip install '.[dse]')")
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -63,10 +71,11 @@ def test_tcp_scheduler_and_workers_on_localhost(tmp_path, reference):
         procs.append(subprocess.Popen([dask, "worker", f"tcp://127.0.0.1:{port}", "--host", "127.0.0.1",
                                        "--nworkers", "2", "--nthreads", "1", "--no-dashboard"],
                                       env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        result = _run(str(path), "--scheduler", f"tcp://127.0.0.1:{port}", "--connect-timeout", "30",
-                      "--out", str(tmp_path / "out"))
-        assert result.exit_code == 0, result.output
-        assert _rows(tmp_path / "out" / "points.csv") == rows
+        for name, (path, rows) in reference.items():
+            result = _run(str(path), "--scheduler", f"tcp://127.0.0.1:{port}", "--connect-timeout", "30",
+                          "--out", str(tmp_path / name))
+            assert result.exit_code == 0, result.output
+            assert _rows(tmp_path / name / "points.csv") == rows, name
     finally:
         for proc in reversed(procs):
             proc.terminate()

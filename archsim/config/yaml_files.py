@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +35,62 @@ def _duplicate_key(node: yaml.Node, where: str = "") -> tuple[str, int, int] | N
     return None
 
 
+# parsed trees by the file's text: a sweep builds the same system, memory, energy and GPU files at every point,
+# and parsing them (pure-Python YAML) was most of a simulate point's time. The file is still read each time (a
+# few microseconds), so an edited file is parsed again however quickly it was rewritten.
+_PARSED: dict[str, Any] = {}
+_PARSED_MAX = 128  # files kept, the oldest dropped first
+_PARSED_MAX_CHARS = 1 << 20  # a larger file is parsed at every read (configs are a few KB)
+# libyaml's parser when PyYAML has it (the same documents, several times faster); errors are re-read with the
+# Python one so every message stays as it was
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; unreadable files, syntax errors and duplicate keys name the file (and the line).
 
     YAML itself lets a repeated key silently replace the first; in a config that hides a typo or a
-    merge mistake, so it is refused.
+    merge mistake, so it is refused. The tree is the caller's own (a copy of the one parse of this text).
     """
     file = str(path)
     text = read_text_input(path, ConfigError, what="YAML")
+    if len(text) > _PARSED_MAX_CHARS:
+        return _parse(text, file)
+    if text not in _PARSED:
+        tree = _parse(text, file)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.pop(next(iter(_PARSED)))
+        _PARSED[text] = tree
+    return copy.deepcopy(_PARSED[text])
+
+
+def _parse(text: str, file: str) -> Any:
     try:
-        duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
-        if duplicate:
-            key, line, first = duplicate
-            raise ConfigError(f"key {key.rsplit('.', 1)[-1]!r} given twice (first on line {first})", file=file,
-                              where=f"{key} (line {line})")
-        return yaml.safe_load(text)
+        try:
+            return _parse_with(_FAST_LOADER, text, file)
+        except yaml.YAMLError:
+            if _FAST_LOADER is yaml.SafeLoader:
+                raise
+            return _parse_with(yaml.SafeLoader, text, file)  # the Python parser's message for the same error
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else None
         raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=file, where=where) from None
+
+
+def _parse_with(loader_type: Any, text: str, file: str) -> Any:
+    """One parse: the node tree (checked for duplicate keys), then its data."""
+    loader = loader_type(text)
+    try:
+        node = loader.get_single_node()
+        duplicate = _duplicate_key(node) if node is not None else None
+        if duplicate:
+            key, line, first = duplicate
+            raise ConfigError(f"key {key.rsplit('.', 1)[-1]!r} given twice (first on line {first})", file=file,
+                              where=f"{key} (line {line})")
+        return None if node is None else loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def resolve_preset(name_or_path: str | Path, presets_dir: Path, kind: str) -> Path:

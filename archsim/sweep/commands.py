@@ -7,27 +7,20 @@ overrides, so that the same design reached by two specs is one point); `run` giv
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
-
-
-@functools.lru_cache(maxsize=64)
-def _yaml_tree(path: str) -> Any:
-    from archsim.config.yaml_files import read_yaml
-
-    return read_yaml(Path(path))
 
 
 def _tree(path: Path, overrides: Sequence[str]) -> Any:
     from archsim.system.config import apply_system_overrides
 
-    tree = copy.deepcopy(_yaml_tree(str(path)))
+    tree = read_yaml(path)
     if isinstance(tree, dict):  # the system's rules (system.pool.memory.*) apply to no other tree's keys
         apply_system_overrides(tree, list(overrides), str(path))
     return tree
@@ -64,7 +57,7 @@ def referenced_files(tree: Any, base: Path, seen: dict[str, str] | None = None) 
         if path.is_file():
             seen[tree] = _file_digest(str(path), stat.st_size, stat.st_mtime_ns)
             if path.suffix in (".yaml", ".yml"):
-                referenced_files(_yaml_tree(str(path)), path.parent, seen)
+                referenced_files(read_yaml(path), path.parent, seen)
     return seen
 
 
@@ -92,6 +85,20 @@ class Command:
     resolve: Callable[[dict[str, Any], list[str]], dict[str, Any]]
     check: Callable[[dict[str, Any], list[str]], None]  # builds the configs: raises ConfigError
     run: Callable[[dict[str, Any], list[str]], dict[str, Any]]
+    # what points sharing memoized work have in common, from their resolved inputs (archsim.sweep.runner.batches
+    # runs them in one task); None: every point is a task of its own
+    affinity: Callable[[dict[str, Any]], str] | None = None
+
+
+def _pool_affinity(resolved: dict[str, Any]) -> str:
+    """A simulate or compare point's memoized work (the PNM unit's timed kernel runs, the pool's DRAM
+    replays: archsim.system.attention, archsim.system.pooldram) follows each system's pool and sampling and the
+    workload, not its links or GPUs: points alike in these share it."""
+    import json
+
+    systems = [t.get("system") if isinstance(t, dict) else t for t in resolved.get("systems", [])]
+    parts = [[s.get("pool"), s.get("sampling")] if isinstance(s, dict) else s for s in systems]
+    return json.dumps([parts, resolved.get("workload")], sort_keys=True, default=str)
 
 
 # -- simulate / compare -------------------------------------------------------------------------------------------
@@ -258,7 +265,7 @@ def _pnm_parts(inputs: dict[str, Any], overrides: list[str]) -> tuple[Path, Any,
     from archsim.pnm.timed.unit_config import DEFAULT_PNM_CONFIG
 
     ppath = Path(str(inputs["pnm"])) if inputs.get("pnm") else DEFAULT_PNM_CONFIG
-    tree = copy.deepcopy(_yaml_tree(str(ppath)))
+    tree = read_yaml(ppath)
     if isinstance(tree, dict):
         apply_overrides(tree, _prefixed(overrides, "pnm."), str(ppath))
     memory = inputs.get("memory")
@@ -294,7 +301,7 @@ def _resolve_pnm(inputs: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     files.update(referenced_files({"kernel": str(kernel)}, Path.cwd()))
     for inc in sorted(kernel.parent.glob("*.inc")) if kernel.is_file() else ():  # what `.include` may read
         files.update(referenced_files({"include": str(inc)}, Path.cwd()))
-    memory = resolve_memory_tree(copy.deepcopy(_yaml_tree(str(mpath))), str(mpath), memory_sets)
+    memory = resolve_memory_tree(read_yaml(mpath), str(mpath), memory_sets)
     return {"pnm": tree, "memory": memory, "shape": shape, "defines": sorted(defines), "units": inputs.get("units"),
             "kernel": kernel.name, "files": {Path(k).name if k == str(kernel) else k: v for k, v in files.items()}}
 
@@ -354,7 +361,7 @@ def _resolve_replay(inputs: dict[str, Any], overrides: list[str]) -> dict[str, A
     from archsim.config.memory import resolve_memory_tree
 
     trace, mpath = _replay_paths(inputs)
-    memory = resolve_memory_tree(copy.deepcopy(_yaml_tree(str(mpath))), str(mpath), _prefixed(overrides, "memory."))
+    memory = resolve_memory_tree(read_yaml(mpath), str(mpath), _prefixed(overrides, "memory."))
     digest = referenced_files({"trace": str(trace)}, Path.cwd()).get(str(trace))
     return {"memory": memory, "trace": trace.name, "format": inputs.get("format", "auto"),
             "wrap": bool(inputs.get("wrap", False)), "files": {trace.name: digest}}
@@ -392,10 +399,10 @@ def commands() -> dict[str, Command]:
     return {
         "simulate": Command("simulate", ("system", "workload", "contexts"), ("system", "workload"),
                             ("system.", "workload."), keys, STEP_GROUPS, _resolve_simulate, _check_simulate,
-                            _run_simulate),
+                            _run_simulate, _pool_affinity),
         "compare": Command("compare", ("systems", "workload", "contexts"), ("systems", "workload"),
                            ("system.", "workload."), keys, STEP_GROUPS, _resolve_simulate, _check_simulate,
-                           _run_simulate),
+                           _run_simulate, _pool_affinity),
         "serve": Command("serve", ("systems", "system", "scenario", "requests", "duration", "seed", "warmup_requests"),
                          ("scenario",), ("scenario.", "system."), SERVE_RESULT_KEYS | SERVE_OPTIONAL_KEYS,
                          SERVE_GROUPS, _resolve_serve, _check_serve, _run_serve),

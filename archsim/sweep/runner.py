@@ -1,11 +1,12 @@
 """Running a sweep: the missing points on local worker processes or a Dask cluster, each kept in the store.
 
-Points run in-process through the command's own functions (archsim.sweep.commands). A worker imports archsim
-and loads the memory kernel from numba's cache once, in its initializer, not per point. The main process alone
-writes the store, one transaction per point as each result arrives, so killing it at any instant loses at most
-the points still in flight, which `--resume` computes again.
+Points run in-process through the command's own functions (archsim.sweep.commands), in tasks of points that
+share memoized work (batches). A worker holds archsim's imports and the memory kernel loaded from numba's cache
+once, not per point: forked from the main process after it loaded them (Linux), or loading them in its
+initializer. The main process alone writes the store, one transaction per point as each task's results arrive,
+so killing it at any instant loses at most the tasks still in flight, which `--resume` computes again.
 
-Why one module of about 500 lines: the point runner, the two executors and the outputs (points, Pareto front,
+Why one module of about 600 lines: the point runner, the two executors and the outputs (points, Pareto front,
 replicas, sensitivity plots) all read one spec, one store and its rows in the order the spec plans them.
 """
 
@@ -20,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,12 @@ def run_point(command_name: str, inputs: dict[str, Any], overrides: list[str],
             "host": socket.gethostname()}
 
 
+def run_points(command_name: str, items: list[tuple[dict[str, Any], list[str]]], timeout_s: float | None,
+               memory_cap_bytes: int | None = None) -> list[dict[str, Any]]:
+    """A task of several points (inputs, overrides), one after another: see batches."""
+    return [run_point(command_name, inputs, overrides, timeout_s, memory_cap_bytes) for inputs, overrides in items]
+
+
 def _run_forked(command_name: str, inputs: dict[str, Any], overrides: list[str], timeout_s: float | None,
                 memory_cap_bytes: int | None) -> dict[str, Any]:
     """run_point in a forked child (the worker's imports and compiled kernels come along; os.fork, since a Dask
@@ -194,15 +201,17 @@ class PlannedPoint:
     inputs: dict[str, Any]
     overrides: list[str]
     key: str
+    affinity: str = ""  # points alike in it share memoized work, "": none (see batches)
 
 
 def plan_point(spec: SweepSpec, index: int, point: dict[str, Any]) -> PlannedPoint:
     inputs, overrides = spec.point_inputs(point)
     try:
         resolved = spec.command.resolve(inputs, overrides)
+        affinity = spec.command.affinity(resolved) if spec.command.affinity else ""
     except ConfigError:  # the override lands on no key of this input (checked per axis at load): infeasible
-        resolved = {"unresolved": inputs, "set": overrides}
-    return PlannedPoint(index, point, inputs, overrides, point_key(spec.command.name, resolved))
+        resolved, affinity = {"unresolved": inputs, "set": overrides}, ""
+    return PlannedPoint(index, point, inputs, overrides, point_key(spec.command.name, resolved), affinity)
 
 
 def plan(spec: SweepSpec) -> list[PlannedPoint]:
@@ -246,32 +255,53 @@ def objective_values(spec: SweepSpec, row: dict[str, Any]) -> tuple[float, ...] 
     return None if any(v is None or math.isnan(v) for v in values) else values  # type: ignore[arg-type]
 
 
+def _signed(spec: SweepSpec, values: tuple[float, ...]) -> tuple[float, ...]:
+    """Objective values with maximized ones negated: smaller is better in every place."""
+    return tuple(v if o.goal == "minimize" else -v for v, o in zip(values, spec.objectives, strict=True))
+
+
+def _dominates(b: tuple[float, ...], a: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(b, a, strict=True)) and b != a
+
+
 def pareto(spec: SweepSpec, rows: list[dict[str, Any]]) -> list[int]:
     """Indices of the rows no other feasible row dominates (every objective as good, one better)."""
-    signed = []
-    for i, row in enumerate(rows):
-        values = objective_values(spec, row)
+    signed = [(i, _signed(spec, v)) for i, v in enumerate(objective_values(spec, r) for r in rows) if v is not None]
+    return [i for i, a in signed if not any(_dominates(b, a) for _, b in signed)]
+
+
+class BestSoFar:
+    """The progress bar's note, kept up as rows arrive: the best value of the one objective, or the size of the
+    Pareto front of several. A new row is compared with the front only, not with every row so far."""
+
+    def __init__(self, spec: SweepSpec, rows: Iterable[dict[str, Any]] = ()) -> None:
+        self.spec = spec
+        self.front: list[tuple[float, ...]] = []  # signed values of the non-dominated rows (ties all kept)
+        for row in rows:
+            self.add(row)
+
+    def add(self, row: dict[str, Any]) -> str:
+        values = objective_values(self.spec, row)
         if values is not None:
-            signed.append((i, tuple(v if o.goal == "minimize" else -v for v, o in zip(values, spec.objectives,
-                                                                                       strict=True))))
-    front = []
-    for i, a in signed:
-        if not any(all(x <= y for x, y in zip(b, a, strict=True)) and b != a for _, b in signed):
-            front.append(i)
-    return front
+            a = _signed(self.spec, values)
+            if not any(_dominates(b, a) for b in self.front):
+                self.front = [b for b in self.front if not _dominates(a, b)] + [a]
+        return self.text()
+
+    def text(self) -> str:
+        if not self.spec.objectives:
+            return ""
+        if len(self.spec.objectives) > 1:
+            return f"pareto {len(self.front)}"
+        if not self.front:
+            return "best -"
+        objective = self.spec.objectives[0]
+        best = self.front[0][0] if objective.goal == "minimize" else -self.front[0][0]
+        return f"best {objective.key} {best:.6g}"
 
 
 def best_text(spec: SweepSpec, rows: list[dict[str, Any]]) -> str:
-    if not spec.objectives:
-        return ""
-    if len(spec.objectives) > 1:
-        return f"pareto {len(pareto(spec, rows))}"
-    objective = spec.objectives[0]
-    values = [v[0] for v in (objective_values(spec, r) for r in rows) if v is not None]
-    if not values:
-        return "best -"
-    best = min(values) if objective.goal == "minimize" else max(values)
-    return f"best {objective.key} {best:.6g}"
+    return BestSoFar(spec, rows).text()
 
 
 def csv_text(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict[str, Any]]) -> str:
@@ -298,15 +328,43 @@ def csv_text(spec: SweepSpec, planned: list[PlannedPoint], rows: dict[str, dict[
 
 # -- executors ----------------------------------------------------------------------------------------------------
 
+BATCH_MAX = 32  # points in one task at most: what a kill loses in flight, and how often the progress bar moves
 
 
-def _local_executor(workers: int):  # noqa: ANN202 - a context manager over (submit, as_completed)
+def batches(points: list[PlannedPoint], workers: int) -> list[list[PlannedPoint]]:
+    """The points as tasks, largest first. Points of one affinity (sharing memoized work: a simulate point's PNM
+    timed runs and pool DRAM replays) go in one task, so that work is done once, not once per worker that meets
+    them, and short points spare a round trip each; a point of no affinity (serve, pnm and replay points share
+    nothing) is a task alone. A group larger than BATCH_MAX, or than a quarter of each worker's share, is
+    split, so every worker gets several tasks and the last ones are short."""
+    size = max(1, min(BATCH_MAX, math.ceil(len(points) / (4 * max(1, workers)))))
+    groups: dict[str, list[PlannedPoint]] = {}
+    for p in points:
+        groups.setdefault(p.affinity or p.key, []).append(p)
+    tasks = []
+    for group in groups.values():
+        n = math.ceil(len(group) / size)
+        tasks += [group[i * len(group) // n:(i + 1) * len(group) // n] for i in range(n)]
+    return sorted(tasks, key=len, reverse=True)  # longest first, so the tail is short; stable: plan order
+
+
+def _local_pool(workers: int) -> Any:
+    """`workers` local processes, started now. On Linux, from a process running a single thread (the CLI's),
+    they are forked after this process imported archsim and loaded the memory kernel (warm_worker here), so no
+    worker pays for either again; elsewhere (macOS, where forking is unsafe, or a process with threads a fork
+    would copy mid-lock) they are spawned and each warms itself once in its initializer."""
     import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    import sys
+    from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=warm_worker)
-    return pool, as_completed
+    fork = sys.platform == "linux" and threading.active_count() == 1
+    if fork:
+        warm_worker()
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=warm_worker)
+    if fork:
+        pool.submit(int)  # forks every worker now, before this process starts any thread
+    return pool
 
 
 def _connect(client_type: Any, scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - distributed.Client
@@ -354,11 +412,11 @@ def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - di
 class Executor:
     """Local worker processes, or a Dask client: computes points and records each in the store on arrival."""
 
-    def __init__(self, spec: SweepSpec, store: Store, bar: Any, rows: dict[str, dict[str, Any]], workers: int,
-                 client: Any) -> None:
-        self.spec, self.store, self.bar, self.rows, self.client = spec, store, bar, rows, client
-        self.workers = workers
-        self.pool: Any = None
+    def __init__(self, spec: SweepSpec, store: Store, bar: Any, rows: dict[str, dict[str, Any]], pool: Any,
+                 client: Any, workers: int) -> None:
+        self.spec, self.store, self.bar, self.rows, self.pool, self.client = spec, store, bar, rows, pool, client
+        self.workers = workers if client is None else max(1, sum(client.nthreads().values()))  # Dask: its threads
+        self.progress = BestSoFar(spec, rows.values())
         self.computed = 0
 
     def _record(self, p: PlannedPoint, out: dict[str, Any]) -> None:
@@ -366,38 +424,43 @@ class Executor:
         self.rows[p.key] = {"point": p.point, **out}
         self.computed += 1
         self.bar.update(1)
-        self.bar.set_postfix_str(best_text(self.spec, list(self.rows.values())), refresh=False)
+        self.bar.set_postfix_str(self.progress.add(self.rows[p.key]), refresh=False)
 
     def compute(self, points: list[PlannedPoint]) -> None:
-        """Every point of `points` not in the store yet (each key once)."""
+        """Every point of `points` not in the store yet (each key once), in tasks of batches()."""
         todo = list({p.key: p for p in points if p.key not in self.rows}.values())
         if not todo:
             return
         args = (self.spec.command.name,)
+        options = (self.spec.timeout_s, self.spec.memory_cap_bytes)
+        tasks = batches(todo, self.workers)
         if self.client is None:
-            if self.pool is None:
-                self.pool, _ = _local_executor(self.workers)
             from concurrent.futures import as_completed
 
-            futures = {self.pool.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
-                                        self.spec.memory_cap_bytes): p for p in todo}
+            futures = {self.pool.submit(run_points, *args, [(p.inputs, p.overrides) for p in task], *options): task
+                       for task in tasks}
         else:
             from distributed import as_completed
 
-            futures = {self.client.submit(run_point, *args, p.inputs, p.overrides, self.spec.timeout_s,
-                                          self.spec.memory_cap_bytes, key=f"sweep-{p.key}", pure=False): p
-                       for p in todo}
+            futures = {self.client.submit(run_points, *args, [(p.inputs, p.overrides) for p in task], *options,
+                                          key=f"sweep-{task[0].key}-{len(task)}", pure=False): task
+                       for task in tasks}
         for future in as_completed(list(futures)):
-            self._record(futures[future], future.result())
+            for p, out in zip(futures[future], future.result(), strict=True):
+                self._record(p, out)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-        if self.client is not None:
-            cluster = getattr(self.client, "cluster", None)
-            self.client.close()
-            if cluster is not None:
-                cluster.close()
+        _close(self.pool, self.client)
+
+
+def _close(pool: Any, client: Any) -> None:
+    if pool is not None:
+        pool.shutdown()
+    if client is not None:
+        cluster = getattr(client, "cluster", None)
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
@@ -408,17 +471,19 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
 
     searched = spec.method in ("tpe", "nsga2")
     planned = [] if searched else plan(spec)
-    client = _dask_client(scheduler, connect_timeout_s) if scheduler else None  # before the store: a scheduler
-    try:  # that does not answer leaves no DIR behind
+    # the executor before the store, so a scheduler that does not answer leaves no DIR behind, and before the
+    # progress bar's thread, so local workers can be forked
+    client = _dask_client(scheduler, connect_timeout_s) if scheduler else None
+    pool = None if scheduler else _local_pool(workers)
+    try:
         store = Store.open(out_dir, spec.identity(), resume, spec.file)
     except BaseException:
-        if client is not None:
-            Executor(spec, None, None, {}, 1, client).close()  # type: ignore[arg-type]
+        _close(pool, client)
         raise
     rows = store.rows()
     total = spec.count if searched else len(planned)
     bar = progress_bar(total, "point", f"sweep {spec.name}", quiet=quiet)
-    executor = Executor(spec, store, bar, rows, workers, client)
+    executor = Executor(spec, store, bar, rows, pool, client, workers)
     try:
         if searched:
             from archsim.sweep.search import optuna_search
