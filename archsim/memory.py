@@ -25,7 +25,7 @@ from archsim.controller.schedulers import EXTERNAL
 from archsim.dram.commands import CommandLog
 from archsim.dram.spec import refresh_interval_per_bank
 from archsim.dram.timing_table import compile_timing_table
-from archsim.errors import EMPTY_TRACE, TraceError
+from archsim.errors import EMPTY_TRACE, ConfigError, TraceError
 from archsim.kernel_cache import _PREPARED, describe_variant, prepare_kernel, variant_on_disk
 
 
@@ -36,18 +36,19 @@ class Requests:
     timestamp_cycles: np.ndarray  # int64, earliest injection cycle of the memory command clock
     address: np.ndarray  # uint64 byte address
     is_write: np.ndarray  # uint8
-    source: np.ndarray  # uint8 index into SOURCES (0 host, 1 pnm)
+    source: np.ndarray  # uint8 index into `sources`
+    sources: tuple[str, ...] = SOURCES  # the ports' names (a two-port trace: host, pnm)
 
     def __len__(self) -> int:
         return int(self.address.shape[0])
 
     @staticmethod
     def build(timestamp_cycles: np.ndarray, address: np.ndarray, is_write: np.ndarray,
-              source: np.ndarray | None = None) -> Requests:
+              source: np.ndarray | None = None, sources: tuple[str, ...] = SOURCES) -> Requests:
         n = len(address)
         src = np.zeros(n, dtype=np.uint8) if source is None else np.asarray(source, dtype=np.uint8)
         return Requests(np.asarray(timestamp_cycles, dtype=np.int64), np.asarray(address, dtype=np.uint64),
-                        np.asarray(is_write, dtype=np.uint8), src)
+                        np.asarray(is_write, dtype=np.uint8), src, tuple(sources))
 
 
 @dataclass(frozen=True)
@@ -64,16 +65,17 @@ class ReplayResult:
     wall_s: float
     compile_s: float
     command_log: CommandLog | None
-    # qos_counts[opener * 2 + closer]: row closures by port pair (0 host, 1 pnm); [4 + newcomer * 2 + opener]:
-    # requests that found their bank open on another row, by port pair
+    # qos_counts[opener * P + closer]: row closures by port pair (P ports: `requests.sources`);
+    # [P * P + newcomer * P + opener]: requests that found their bank open on another row, by port pair
     qos_counts: np.ndarray
     kernel_cache: str | None = None  # the kernel variant came from numba's cache ("hit"), was compiled ("miss"),
     # or was already loaded in this process (None)
 
 
-def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool = False) -> np.ndarray:
+def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool = False,
+                  sources: tuple[str, ...] = SOURCES) -> np.ndarray:
     org, t, c, f = cfg.organization, cfg.timing, cfg.controller, cfg.frontend
-    prm = np.zeros(K.N_PARAMS, dtype=np.int64)
+    prm = np.zeros(K.N_PARAMS + K.PORT_PARAMS * len(sources), dtype=np.int64)
     prm[K.P_NCH] = org.n_channels
     prm[K.P_PCS] = org.pseudo_channels
     prm[K.P_RANKS] = org.ranks
@@ -103,15 +105,10 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_LOGCAP] = log_capacity
     prm[K.P_BQD] = c.bank_queue_depth
     prm[K.P_TICK] = int(tick_every_cycle)
-    if c.arbiter.impl == "priority":
-        prm[K.P_ARB] = K.ARB_PRIORITY_HOST if c.arbiter.favor == "host" else K.ARB_PRIORITY_PNM
-    else:
-        prm[K.P_ARB] = ARBITERS.get(c.arbiter.impl)
-    prm[K.P_W0], prm[K.P_W1] = c.arbiter.weights
-    prm[K.P_RSRC] = SOURCES.index(c.arbiter.source)
-    # tokens accrue per cycle: share x one column command per data-bus burst
-    prm[K.P_RRATE] = int(round(c.arbiter.share * K.TOKEN / t.tBURST))
-    prm[K.P_RCAP] = c.arbiter.burst * K.TOKEN
+    prm[K.P_ARB] = ARBITERS.get(c.arbiter.impl)
+    prm[K.P_PORTS] = len(sources)
+    prm[K.P_FAVOR], ports = port_parameters(cfg, sources)
+    prm[K.N_PARAMS:] = ports.reshape(-1)
     prm[K.P_AGECAP] = c.arbiter.age_cap_cycles
     prm[K.P_BPR] = org.bankgroups * org.banks_per_group
     prm[K.P_BPP] = org.banks_per_pseudo_channel
@@ -119,6 +116,33 @@ def kernel_params(cfg: MemoryConfig, log_capacity: int, tick_every_cycle: bool =
     prm[K.P_SH_PCS] = _pow2_shift(org.pseudo_channels)
     prm[K.P_SH_BPR] = _pow2_shift(org.bankgroups * org.banks_per_group)
     return prm
+
+
+def port_parameters(cfg: MemoryConfig, sources: tuple[str, ...]) -> tuple[int, np.ndarray]:
+    """The favoured port (priority) and the per-port parameter rows (`codes.PORT_*`) of `cfg`'s arbiter on a trace
+    whose ports are `sources`. A port the arbiter names that the trace lacks is one error naming the key."""
+    a = cfg.controller.arbiter
+    where = "memory.controller.arbiter"
+
+    def port(name: str, key: str) -> int:
+        if name not in sources:
+            raise ConfigError(f"no port {name!r} in the replayed trace (its sources: {', '.join(sources)})",
+                              file=cfg.source_file, where=f"{where}.{key}")
+        return sources.index(name)
+
+    favor = port(a.favor, "favor") if a.impl == "priority" else -1
+    rows = np.zeros((len(sources), K.PORT_PARAMS), dtype=np.int64)
+    rows[:, K.PORT_WEIGHT] = 1
+    if a.impl == "wrr":
+        for name, weight in a.weights:
+            rows[port(name, f"weights.{name}"), K.PORT_WEIGHT] = weight
+    if a.impl == "reservation":
+        for name, share in a.shares:
+            p = port(name, f"shares.{name}")
+            # tokens accrue per cycle: share x one column command per data-bus burst
+            rows[p, K.PORT_RATE] = int(round(share * K.TOKEN / cfg.timing.tBURST))
+            rows[p, K.PORT_CAP] = a.burst * K.TOKEN
+    return favor, rows
 
 
 def _pow2_shift(divisor: int) -> int:
@@ -179,12 +203,12 @@ class MemorySession:
 
     def __init__(self, cfg: MemoryConfig, address: np.ndarray, is_write: np.ndarray,
                  source: np.ndarray | None = None, *, command_log: bool = False,
-                 tick_every_cycle: bool = False) -> None:
+                 tick_every_cycle: bool = False, sources: tuple[str, ...] = SOURCES) -> None:
         n = len(address)
         self.cfg = cfg
         self.n = n
         self.released = 0
-        self.requests = Requests.build(np.full(n, K.INF, dtype=np.int64), address, is_write, source)
+        self.requests = Requests.build(np.full(n, K.INF, dtype=np.int64), address, is_write, source, sources)
         self.pseudo_channel = np.zeros(n, dtype=np.int32)
         # per-request inputs the kernel reads, derived from each address (see `bind`)
         self._derived = {"pc": self.pseudo_channel, "bank": np.zeros(n, dtype=np.int32),
@@ -195,8 +219,8 @@ class MemorySession:
         d = self._derived
         self._inputs = RequestArrays(self.requests.timestamp_cycles, d["pc"], d["bank"], d["row"],
                                      self.requests.is_write, d["addr"], d["gb"], d["bgf"], d["rf"],
-                                     self.requests.source, *_port_order(self.requests.source))
-        self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle)
+                                     self.requests.source, *_port_order(self.requests.source, len(sources)))
+        self._prm = kernel_params(cfg, 1 if command_log else 0, tick_every_cycle, self.requests.sources)
         self._variant = kernel_variant(self._prm)
         # gap[level, command, next command] (dram/timing_table.py), flat; the kernel reads only the cells with a rule
         self._gaps = compile_timing_table(cfg.timing).reshape(-1)
@@ -204,8 +228,8 @@ class MemorySession:
         # the kernel's work space within a call (controller/codes.py SCR_*)
         self._scratch = np.zeros(K.SCR_DUE + cfg.organization.n_channels, dtype=np.int64)
         self._outputs = _request_outputs(n)
-        self._state, self._named = _kernel_state(cfg, n)
-        self._named["port_ptr"][:] = self._inputs[-1][:2]  # each port starts at its first request
+        self._state, self._named = _kernel_state(cfg, n, len(sources))
+        self._named["port_ptr"][:] = self._inputs[-1][:-1]  # each port starts at its first request
         self._log = _log_arrays(4 * n + 1024 if command_log else 1)
         self.command_log_enabled = command_log
         self.wall_s = 0.0
@@ -333,7 +357,7 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
     if n == 0:
         raise TraceError(EMPTY_TRACE)
     session = MemorySession(cfg, requests.address, requests.is_write, requests.source, command_log=command_log,
-                            tick_every_cycle=tick_every_cycle)
+                            tick_every_cycle=tick_every_cycle, sources=requests.sources)
     session.release(0, n, requests.timestamp_cycles)
     bar = _progress_bar(n) if progress else None
     while not session.finished:
@@ -347,10 +371,11 @@ def replay(cfg: MemoryConfig, requests: Requests, *, command_log: bool = False, 
         bar.close()
     return dataclasses.replace(session.result(), requests=requests)
 
-def _port_order(source: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Request indices grouped by port (host first, then pnm), each in trace order, and the group bounds."""
+def _port_order(source: np.ndarray, ports: int) -> tuple[np.ndarray, np.ndarray]:
+    """Request indices grouped by port (in the order of the trace's sources), each in trace order, and the group
+    bounds."""
     order = np.argsort(source, kind="stable").astype(np.int64)
-    counts = np.bincount(source, minlength=len(SOURCES))
+    counts = np.bincount(source, minlength=ports)
     return order, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
@@ -360,7 +385,7 @@ def _request_outputs(n: int) -> RequestOutcomes:
                            np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.uint8))
 
 
-def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[KernelState, dict[str, np.ndarray]]:
+def _kernel_state(cfg: MemoryConfig, n: int, ports: int = len(SOURCES)) -> tuple[KernelState, dict[str, np.ndarray]]:
     """Bank, queue, refresh and port-arbitration state in the kernel's argument order, plus the arrays the
     caller reads back by name."""
     org, c = cfg.organization, cfg.controller
@@ -377,8 +402,8 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[KernelState, dict[str, np.
 
     def flat(name: str, rows: int, fill: int = 0, dtype: type = np.int64) -> np.ndarray:
         """An array of K.FLAT_ARRAYS, which the kernel gets flat (controller/index_lowering.py): `rows` rows of
-        its length (a length given by name is the bank masks' word count)."""
-        lengths = [words if length == "words" else length for length in K.FLAT_ARRAYS[name]]
+        its length (a length given by name is the bank masks' word count or the ports)."""
+        lengths = [{"words": words, "ports": ports}.get(length, length) for length in K.FLAT_ARRAYS[name]]
         return np.full(rows * math.prod(lengths), fill, dtype=dtype)
 
     timing_rows = tuple(flat(name, count) for name, count in
@@ -405,14 +430,16 @@ def _kernel_state(cfg: MemoryConfig, n: int) -> tuple[KernelState, dict[str, np.
     # the links of the per-bank request lists (next, previous per request), then per pseudo-channel bit masks of
     # the banks with requests queued, of the banks with a row open and of the banks with row hits queued (reads,
     # writes)
-    banks = (bank_state.reshape(-1), pc_state.reshape(-1), per(n, -1), per(n, -1),
+    # per pseudo-channel and port (columns: controller/codes.py PP_*): nothing queued or served, no tokens
+    banks = (bank_state.reshape(-1), pc_state.reshape(-1), flat("pport", n_pc), per(n, -1), per(n, -1),
              *(flat(name, n_pc, dtype=np.uint64) for name in ("amask", "omask", "hmask")))
     # the bank-queue variant's transaction queues; each port has its own share (its own request buffer): room for
-    # both, per kind. Then where each port stands in its trace order
-    port_ptr = per(2)
-    queues = (np.zeros((n_pc, 2 * (c.read_queue_depth + window)), dtype=np.int64),
-              np.zeros((n_pc, 2 * (c.write_queue_depth + window)), dtype=np.int64), port_ptr)
-    qos_counts = per(8)
+    # every port, per kind. Then where each port stands in its trace order, and its flags within a cycle
+    port_ptr = per(ports)
+    queues = (np.zeros((n_pc, ports * (c.read_queue_depth + window)), dtype=np.int64),
+              np.zeros((n_pc, ports * (c.write_queue_depth + window)), dtype=np.int64), port_ptr,
+              per(ports * K.PF_COLUMNS))
+    qos_counts = per(2 * ports * ports)
     cmd_count = per(K.NCMD)
     refresh = (ref_due, per(n_rank), qos_counts, chan_next, cmd_count)
     return KernelState(*timing_rows, faw, per(n_rank), *banks, *queues, *refresh), {"qos_counts": qos_counts,

@@ -200,7 +200,7 @@ def test_the_kernel_gets_the_arrays_of_flat_rows_flat_and_the_others_as_built(pr
     words = mask_words(cfg.organization.banks_per_pseudo_channel)
     for name, inner in FLAT_ARRAYS.items():
         if name not in ("gaps", "bank_mask"):  # an argument of its own; a helper's name for any bank mask
-            row = math.prod(words if length == "words" else length for length in inner)
+            row = math.prod({"words": words, "ports": 2}.get(length, length) for length in inner)
             assert arrays[name].ndim == 1 and arrays[name].size % row == 0, name
     assert arrays["bstate"].size == BANK_COLUMNS * cfg.organization.n_banks
     assert arrays["hmask"].size == cfg.organization.n_pseudo_channels * 2 * words
@@ -244,3 +244,17 @@ def test_the_kernel_digest_is_the_same_before_and_after_lowering():
     before = source_digest(kernel._kernel, constants)
     lower_pending()
     assert source_digest(kernel._kernel, constants) == before
+
+
+def test_no_kernel_helper_or_stage_has_a_cache_entry_of_its_own():
+    """Only the kernel is cached, under a name keyed on every source and constant it reaches: a helper cached by
+    itself is keyed on its own file and bytecode, which do not change when a constant of `codes` changes its
+    lowered indexing (a table's row length), and would load stale into a new kernel."""
+    from numba.core.caching import NullCache
+
+    functions = [f for module in (bank_timing, request_lists) for f in vars(module).values()
+                 if hasattr(f, "py_func") and f.py_func.__module__ == module.__name__]
+    functions += list(kernel.variant_globals(kernel.KernelVariant()).values())
+    assert len(functions) >= 20
+    for function in functions:
+        assert isinstance(function._cache, NullCache), function.py_func.__qualname__

@@ -13,6 +13,7 @@ File layout (top-level key `memory`):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from archsim.config.overrides import apply_overrides, deep_merge
 from archsim.config.yaml_files import read_yaml
 from archsim.controller.codes import (
-    ARB_PRIORITY_HOST,
+    ARB_PRIORITY,
     ARB_RESERVE,
     ARB_SHARED,
     ARB_WRR,
@@ -31,7 +32,7 @@ from archsim.controller.codes import (
     SCHED_FCFS,
     SCHED_FRFCFS,
     SCHED_ROUND_ROBIN,
-    SOURCES,
+    SOURCES,  # noqa: F401 - re-exported (a two-port trace's port names)
 )
 from archsim.dram.address_map import AddressMapping, parse_address_mapping
 from archsim.dram.spec import Organization, Timing, parse_organization, parse_timing
@@ -61,10 +62,10 @@ REFRESH_MODES.add("all_bank", 1)
 REFRESH_MODES.add("per_bank", 2)
 
 ARBITERS: Registry[int] = Registry("port arbiter")
-ARBITERS.add("shared", ARB_SHARED)  # one FR-FCFS order for both ports
-ARBITERS.add("priority", ARB_PRIORITY_HOST)  # `favor`'s requests first (host or pnm)
+ARBITERS.add("shared", ARB_SHARED)  # one FR-FCFS order for every port
+ARBITERS.add("priority", ARB_PRIORITY)  # `favor`'s requests first (a host or the pnm)
 ARBITERS.add("wrr", ARB_WRR)  # weighted round-robin of column commands between the ports
-ARBITERS.add("reservation", ARB_RESERVE)  # token bucket guaranteeing `source` a `share` of column commands
+ARBITERS.add("reservation", ARB_RESERVE)  # token buckets guaranteeing each source its share of column commands
 
 
 
@@ -100,14 +101,17 @@ class RefreshConfig:
 
 @dataclass(frozen=True)
 class ArbiterConfig:
-    """Arbitration between the request ports (`ARBITERS`; the kernel's `controller/arbiters/`)."""
+    """Arbitration between the request ports (`ARBITERS`; the kernel's `controller/arbiters/`). Ports are named by
+    the trace's sources (`host` and `pnm`, or a version-2 trace's own table: `host0`..`host15`, `pnm`); a name the
+    replayed trace lacks is refused when the replay starts (`port_parameters`)."""
 
     impl: str = "shared"
     favor: str = "host"  # priority: the favoured port
-    weights: tuple[int, int] = (1, 1)  # wrr: (host, pnm) column commands per round
-    source: str = "pnm"  # reservation: the port with a guaranteed share
-    share: float = 0.0  # reservation: fraction of each pseudo-channel's column-command slots, 0-1
-    burst: int = 4  # reservation: column commands the bucket may bank
+    weights: tuple[tuple[str, int], ...] = (("host", 1), ("pnm", 1))  # wrr: column commands per round, by port
+    # (a port not named weighs 1)
+    shares: tuple[tuple[str, float], ...] = ()  # reservation: each named port's guaranteed fraction of each
+    # pseudo-channel's column-command slots, 0-1, at most 1 together
+    burst: int = 4  # reservation: column commands a bucket may bank
     age_cap_cycles: int = 0  # any arbiter: a request waiting this long goes first (0 = off)
 
 
@@ -134,7 +138,7 @@ class ControllerConfig:
                 ("row_policy_timeout_cycles", r.timeout_cycles), ("write_high_watermark", d.high_watermark),
                 ("write_low_watermark", d.low_watermark), ("write_idle_threshold", d.idle_threshold),
                 ("refresh", f.impl), ("arbiter", a.impl), ("arbiter_favor", a.favor),
-                ("arbiter_weights", a.weights), ("reservation_source", a.source), ("reservation_share", a.share),
+                ("arbiter_weights", dict(a.weights)), ("reservation_shares", dict(a.shares)),
                 ("reservation_burst", a.burst), ("age_cap_cycles", a.age_cap_cycles),
                 ("refresh_stagger", f.stagger), ("refresh_holds_columns", f.holds_columns),
                 ("frontend_delay_cycles", self.frontend_delay_cycles),
@@ -214,23 +218,59 @@ def _parse_write_drain(section: Section, wq: int) -> WriteDrainConfig:
 def _parse_arbiter(section: Section) -> ArbiterConfig:
     """The port arbiter's section; the age cap (a flat key of the controller) applies to every arbiter."""
     arbiter, arb = _impl_section(section, "arbiter", ARBITERS, "shared")
-    favor = arb.choice("favor", SOURCES, "host") if arbiter == "priority" else "host"
-    weights = (1, 1)
+    favor = _port_name(arb, "favor", arb.str("favor")) if arbiter == "priority" else "host"
+    weights: tuple[tuple[str, int], ...] = (("host", 1), ("pnm", 1))
     if arbiter == "wrr":
         w = arb.sub("weights")
-        weights = (w.int("host", minimum=1), w.int("pnm", minimum=1))
+        weights = tuple((_port_name(w, name, name), w.int(name, minimum=1)) for name in w.data)
+        if not weights:
+            raise arb.error("weights", "name at least one port's weight ({host: 3, pnm: 1})")
         w.done()
-    source, share, burst = "pnm", 0.0, 4
+    shares: tuple[tuple[str, float], ...] = ()
+    burst = 4
     if arbiter == "reservation":
-        source = arb.choice("source", SOURCES)
-        share = arb.float("share")
-        if not 0.0 < share <= 1.0:
-            raise arb.error("share", f"a reservation must be a share in (0, 1] (0-100 %), got {share:g}")
+        shares = _parse_shares(arb)
         burst = arb.int("burst", 4, minimum=1)
     arb.done()
     age_cap = section.int("age_cap_cycles", 0, minimum=0)
-    return ArbiterConfig(impl=arbiter, favor=favor, weights=weights, source=source, share=share, burst=burst,
+    return ArbiterConfig(impl=arbiter, favor=favor, weights=weights, shares=shares, burst=burst,
                          age_cap_cycles=age_cap)
+
+
+def is_port_name(name: object) -> bool:
+    """A request port's name: `pnm`, `host`, or `host<k>` (one of several hosts sharing the memory)."""
+    return isinstance(name, str) and (name in SOURCES or re.fullmatch(r"host\d{1,3}", name) is not None)
+
+
+def _port_name(section: Section, key: str, name: object) -> str:
+    """`name`, found at `key`, as a port's name (`is_port_name`)."""
+    if not is_port_name(name):
+        raise section.error(key, f"unknown port {name!r} (ports are host, pnm, or host0, host1, ... of several "
+                                 f"hosts)")
+    assert isinstance(name, str)
+    return name
+
+
+def _parse_shares(arb: Section) -> tuple[tuple[str, float], ...]:
+    """The reserved shares: `source` and `share` for one port, or `shares: {port: share, ...}` (per-host shares);
+    each in (0, 1], at most 1 (100 %) together."""
+    if arb.has("shares"):
+        sub = arb.sub("shares")
+        shares = tuple((_port_name(sub, name, name), sub.float(name)) for name in sub.data)
+        sub.done()
+        if not shares:
+            raise arb.error("shares", "name at least one port's share ({host0: 0.3, host1: 0.3})")
+    else:
+        shares = ((_port_name(arb, "source", arb.str("source")), arb.float("share")),)
+    where = "shares" if arb.has("shares") else "share"
+    for name, share in shares:
+        if not 0.0 < share <= 1.0:
+            raise arb.error(f"shares.{name}" if where == "shares" else "share",
+                            f"a reservation must be a share in (0, 1] (0-100 %), got {share:g}")
+    total = sum(share for _, share in shares)
+    if total > 1.0 + 1e-12:
+        raise arb.error(where, f"the reserved shares add up to {total:.3g}, above 1 (100 %)")
+    return shares
 
 
 def parse_frontend(section: Section) -> FrontendConfig:

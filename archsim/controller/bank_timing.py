@@ -107,7 +107,7 @@ def _generated_helper(source: str, name: str):
     exec(compile(source, filename, "exec"), globals(), namespace)  # noqa: S102 - our own generated source
     fn = namespace[name]
     fn.__module__ = __name__
-    return kernel_helper(fn, cache=False)  # no file to key a cache to; it is only ever inlined into the kernel
+    return kernel_helper(fn)
 
 
 apply_command = _generated_helper(apply_command_source(), "apply_command")

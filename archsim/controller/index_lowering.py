@@ -209,10 +209,14 @@ def _inlined(fn: Callable, cache: bool) -> _InlinedDispatcher:
     return dispatcher
 
 
-def kernel_helper(fn: Callable, cache: bool = True):
-    """Decorator of the kernel's helpers: `fn` with its indexing lowered, compiled to be inlined into the kernel."""
+def kernel_helper(fn: Callable):
+    """Decorator of the kernel's helpers: `fn` with its indexing lowered, compiled to be inlined into the kernel.
+    Not cached by itself, as a stage: numba keys a function's cache entry to its own file's time stamp and its
+    bytecode without the constants, so a helper whose lowering changed with a constant of `codes` (a table's row
+    length) would load stale from its own entry into a new kernel; the kernel's entry holds it, under a name keyed
+    on every source and constant it reaches (`source_digest`)."""
     _check_numpy(fn)
-    return _inlined(deferred_lowering(fn), cache)
+    return _inlined(deferred_lowering(fn), cache=False)
 
 
 def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | None = None,

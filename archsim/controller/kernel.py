@@ -178,7 +178,7 @@ def _evaluate(pc, t, all_in, prm, bus, pick, req, out, st):
     """Pseudo-channel `pc`'s stages at `t`, up to its offer to the buses; returns its wake-up bound."""
     nt = INF
     use_w = serve_writes(pc, t, all_in, prm, st)
-    favored = favored_port(pc, t, prm, st.pstate)
+    favored = favored_port(pc, t, prm, st.pport)
     if prm[P_BQD] > 0:
         nt = fill_bank_queue(pc, t, nt, use_w, prm, req, out, st)
     nt = claim_refresh(pc, t, nt, prm, bus, pick, st)
@@ -201,13 +201,13 @@ class KernelVariant(NamedTuple):
     mask_words: int = 0
 
 
-# The plain kernels freeze the defaults (FR-FCFS, the shared arbiter without age cap, no bank queues, watermark
-# write drains, no refresh hold, event-driven) and the shape of a shipped standard (HBM2 in legacy mode: one
-# pseudo-channel, one rank; HBM3 and HBM3E: two pseudo-channels of two stack IDs), so that the features they
-# leave off fold away and the loops over one pseudo-channel or rank unroll. Each costs one more compile when
-# first used; docs/performance.md has what it pays.
-PLAIN = {"P_SCHED": SCHED_FRFCFS, "P_ARB": ARB_SHARED, "P_AGECAP": 0, "P_BQD": 0, "P_IDLE": -1, "P_REFHOLD": 0,
-         "P_TICK": 0}
+# The plain kernels freeze the defaults (FR-FCFS, the shared arbiter without age cap, two ports (host and PNM), no
+# bank queues, watermark write drains, no refresh hold, event-driven) and the shape of a shipped standard (HBM2 in
+# legacy mode: one pseudo-channel, one rank; HBM3 and HBM3E: two pseudo-channels of two stack IDs), so that the
+# features they leave off fold away and the loops over one pseudo-channel, rank or port unroll. Each costs one
+# more compile when first used; docs/performance.md has what it pays.
+PLAIN = {"P_SCHED": SCHED_FRFCFS, "P_ARB": ARB_SHARED, "P_PORTS": 2, "P_AGECAP": 0, "P_BQD": 0, "P_IDLE": -1,
+         "P_REFHOLD": 0, "P_TICK": 0}
 SPECIALIZED_SHAPES = ((1, 1, 1), (2, 2, 1))
 
 

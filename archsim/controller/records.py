@@ -11,8 +11,9 @@ import numpy as np
 
 class RequestArrays(NamedTuple):
     """Per request, in trace order: arrival cycle, where it goes (pseudo-channel, bank within it, row, global bank
-    and bank group, rank), write?, address and port (0 host, 1 PNM); then the requests of each port in their own
-    order (`port_idx`, with port p's from `port_end[p]` to `port_end[p + 1]`)."""
+    and bank group, rank), write?, address and port (an index into the trace's sources: 0 host, 1 PNM in a
+    two-port trace); then the requests of each port in their own order (`port_idx`, with port p's from
+    `port_end[p]` to `port_end[p + 1]`)."""
 
     ts: np.ndarray
     pc: np.ndarray
@@ -41,10 +42,11 @@ class RequestOutcomes(NamedTuple):
 
 class KernelState(NamedTuple):
     """Everything the kernel carries between calls: the earliest issue cycle of each command per bank, bank group,
-    rank and pseudo-channel and the tFAW windows; the bank and pseudo-channel tables (`codes.B_*`, `codes.PC_*`),
-    the per-bank request lists' links and the bank masks (requests queued, row open, row hits by kind); the
-    transaction queues of the bank-queue mode and where each port stands in its order; refresh due cycles and
-    per-bank pointers; row-buffer interference counts; each channel's next event; commands issued by kind."""
+    rank and pseudo-channel and the tFAW windows; the bank, pseudo-channel and per-port tables (`codes.B_*`,
+    `codes.PC_*`, `codes.PP_*`), the per-bank request lists' links and the bank masks (requests queued, row open,
+    row hits by kind); the transaction queues of the bank-queue mode, where each port stands in its order and its
+    flags within a cycle (`codes.PF_*`); refresh due cycles and per-bank pointers; row-buffer interference counts
+    by port pair; each channel's next event; commands issued by kind."""
 
     nxt_bank: np.ndarray
     nxt_bg: np.ndarray
@@ -54,6 +56,7 @@ class KernelState(NamedTuple):
     faw_pos: np.ndarray
     bstate: np.ndarray
     pstate: np.ndarray
+    pport: np.ndarray
     bnext: np.ndarray
     bprev: np.ndarray
     amask: np.ndarray
@@ -62,6 +65,7 @@ class KernelState(NamedTuple):
     rq: np.ndarray
     wq: np.ndarray
     port_ptr: np.ndarray
+    pflags: np.ndarray
     ref_due: np.ndarray
     ref_ptr: np.ndarray
     qos_counts: np.ndarray

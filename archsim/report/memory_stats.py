@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from archsim.config.memory import SOURCES
 from archsim.dram.commands import COMMAND_NAMES, RD, RDA, WR, WRA
 from archsim.dram.spec import peak_bandwidth_GBps, peak_bandwidth_per_stack_GBps
 from archsim.memory import ReplayResult
@@ -146,7 +145,7 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             if ch_reads.any() else 0.0,
         }
     sources: dict[str, Any] = {}
-    for code, name in enumerate(SOURCES):
+    for code, name in enumerate(req.sources):
         sel = req.source == code
         sources[name] = {
             "requests": int(sel.sum()),
@@ -197,13 +196,20 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "sources": sources,
             "qos": {
                 "arbiter": cfg.controller.arbiter.impl,
-                "row_closures": {f"{SOURCES[o]}_by_{SOURCES[c]}": int(result.qos_counts[o * 2 + c])
-                                 for o in range(2) for c in range(2)},
-                "bank_conflicts": {f"{SOURCES[n]}_vs_{SOURCES[o]}": int(result.qos_counts[4 + n * 2 + o])
-                                   for n in range(2) for o in range(2)},
+                **_interference(req.sources, result.qos_counts),
             },
         },
     }
+
+
+def _interference(sources: tuple[str, ...], counts: np.ndarray) -> dict[str, dict[str, int]]:
+    """Row-buffer interference by port pair: rows one port opened that another closed, and requests that found
+    their bank open on another port's row (`ReplayResult.qos_counts`)."""
+    p = len(sources)
+    return {"row_closures": {f"{sources[o]}_by_{sources[c]}": int(counts[o * p + c]) for o in range(p)
+                             for c in range(p)},
+            "bank_conflicts": {f"{sources[n]}_vs_{sources[o]}": int(counts[p * p + n * p + o]) for n in range(p)
+                               for o in range(p)}}
 
 
 def per_bank_counts(result: ReplayResult) -> dict[str, list[list[int]]]:

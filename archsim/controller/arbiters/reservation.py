@@ -1,26 +1,47 @@
-"""Bandwidth reservation: one port (`P_RSRC`) earns tokens at its reserved share of the column-command rate (up to a
-burst, `P_RCAP`) and ranks first while it holds one command's worth; each column command it is served spends one."""
+"""Bandwidth reservation: each port with a reserved share earns tokens at that share of the column-command rate
+(`PORT_RATE`, up to a burst, `PORT_CAP`) and ranks first while it holds one command's worth; each column command
+it is served spends one. When several hold one, the one holding most (the furthest behind its share) goes first;
+on a tie the lower port."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from archsim.controller.codes import P_RCAP, P_RRATE, P_RSRC, PC_TOKEN_T, PC_TOKENS, TOKEN
+from archsim.controller.codes import (
+    N_PARAMS,
+    P_PORTS,
+    PORT_CAP,
+    PORT_PARAMS,
+    PORT_RATE,
+    PP_TOKEN_T,
+    PP_TOKENS,
+    TOKEN,
+)
 from archsim.controller.index_lowering import kernel_stage
 
 assert np  # the index lowering casts with np.uint64
 
 
 @kernel_stage
-def favored_by_reservation(pc, t, prm, pstate):
-    v = pstate[pc, PC_TOKENS] + (t - pstate[pc, PC_TOKEN_T]) * prm[P_RRATE]
-    pstate[pc, PC_TOKENS] = min(v, prm[P_RCAP])
-    pstate[pc, PC_TOKEN_T] = t
-    return prm[P_RSRC] if pstate[pc, PC_TOKENS] >= TOKEN else -1
+def favored_by_reservation(pc, t, prm, pport):
+    ports = prm[P_PORTS]
+    best = -1
+    for port in range(ports):
+        rate = prm[N_PARAMS + port * PORT_PARAMS + PORT_RATE]
+        if rate == 0:
+            continue
+        v = pport[pc, port, PP_TOKENS] + (t - pport[pc, port, PP_TOKEN_T]) * rate
+        pport[pc, port, PP_TOKENS] = min(v, prm[N_PARAMS + port * PORT_PARAMS + PORT_CAP])
+        pport[pc, port, PP_TOKEN_T] = t
+        tokens = pport[pc, port, PP_TOKENS]
+        if tokens >= TOKEN and (best < 0 or tokens > pport[pc, best, PP_TOKENS]):
+            best = port
+    return best
 
 
 @kernel_stage
-def spend_token(pc, src, prm, pstate):
-    """A column command served port `src`: the reserved port spends a token if it holds one."""
-    if src == prm[P_RSRC] and pstate[pc, PC_TOKENS] >= TOKEN:
-        pstate[pc, PC_TOKENS] -= TOKEN
+def spend_token(pc, src, prm, pport):
+    """A column command served port `src`: it spends a token if it holds one."""
+    ports = prm[P_PORTS]  # noqa: F841 - the row length of pport's indexing (index_lowering)
+    if pport[pc, src, PP_TOKENS] >= TOKEN:
+        pport[pc, src, PP_TOKENS] -= TOKEN

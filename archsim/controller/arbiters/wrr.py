@@ -1,16 +1,23 @@
 """Weighted round robin over column commands: the port whose served count is furthest below its weight's share
-ranks first (weights `P_W0`, `P_W1`; served counts in `pstate[pc, PC_SERVED + port]`)."""
+ranks first (`PORT_WEIGHT` per port; served counts in `pport[pc, port, PP_SERVED]`); on a tie the lower port."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from archsim.controller.codes import P_W0, P_W1, PC_SERVED
+from archsim.controller.codes import N_PARAMS, P_PORTS, PORT_PARAMS, PORT_WEIGHT, PP_SERVED
 from archsim.controller.index_lowering import kernel_stage
 
 assert np  # the index lowering casts with np.uint64
 
 
 @kernel_stage
-def favored_by_weight(pc, prm, pstate):
-    return 0 if pstate[pc, PC_SERVED] * prm[P_W1] <= pstate[pc, PC_SERVED + 1] * prm[P_W0] else 1
+def favored_by_weight(pc, prm, pport):
+    ports = prm[P_PORTS]
+    best = -1
+    for port in range(ports):
+        # served / weight below the best's, cross-multiplied: integers, no division
+        if best < 0 or (pport[pc, port, PP_SERVED] * prm[N_PARAMS + best * PORT_PARAMS + PORT_WEIGHT]
+                        < pport[pc, best, PP_SERVED] * prm[N_PARAMS + port * PORT_PARAMS + PORT_WEIGHT]):
+            best = port
+    return best

@@ -55,6 +55,7 @@ from archsim.controller.codes import (
     P_LOGCAP,
     P_LOW,
     P_POLICY,
+    P_PORTS,
     P_POSTED,
     P_RANKS,
     P_SCHED,
@@ -66,15 +67,15 @@ from archsim.controller.codes import (
     PC_HITS_R,
     PC_HITS_W,
     PC_NEXT,
-    PC_PORT_Q,
     PC_RQ_LEN,
     PC_RQ_UNMOVED,
     PC_RR_PTR,
-    PC_SERVED,
     PC_WQ_LEN,
     PC_WQ_UNMOVED,
     POL_CLOSED,
     POL_TIMEOUT,
+    PP_QUEUED,
+    PP_SERVED,
     PRE,
     PREA,
     RD,
@@ -144,14 +145,15 @@ def _account_column(idx, gb, pc, t, cmd, is_w, prm, req, out, st):
     """Class, per-port service counts, reservation tokens and the bank's column count; an auto-precharge closes
     the row."""
     bstate = st.bstate
-    pstate = st.pstate
     if out.klass[idx] < 0:
         out.klass[idx] = C_HIT
     src = req.src[idx]
-    pstate[pc, PC_SERVED + src] += 1
-    pstate[pc, PC_PORT_Q + (2 if is_w else 0) + src] -= 1
+    ports = prm[P_PORTS]  # noqa: F841 - the row length of pport's indexing (index_lowering)
+    pport = st.pport
+    pport[pc, src, PP_SERVED] += 1
+    pport[pc, src, PP_QUEUED + (1 if is_w else 0)] -= 1
     if prm[P_ARB] == ARB_RESERVE:
-        spend_token(pc, src, prm, pstate)
+        spend_token(pc, src, prm, pport)
     bstate[gb, B_PEND] -= 1
     bstate[gb, B_COLS] += 1
     bstate[gb, B_LASTCOL] = t
@@ -280,6 +282,6 @@ def _precharged(row_req, gb, pc, t, nt, prm, req, out, st):
         return t + 1
     if out.klass[row_req] < 0:
         out.klass[row_req] = C_CONFLICT
-    st.qos_counts[st.bstate[gb, B_OPENER] * 2 + req.src[row_req]] += 1
+    st.qos_counts[st.bstate[gb, B_OPENER] * prm[P_PORTS] + req.src[row_req]] += 1
     return min(nt, st.nxt_bank[gb, ACT])
 

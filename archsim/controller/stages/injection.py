@@ -1,5 +1,6 @@
-"""Injection: each port (host, PNM) hands its requests to the controller in its own trace order, as many per
-cycle as the front end allows, with head-of-line blocking on a full queue. An accepted request joins its bank's
+"""Injection: each port (a host or the PNM) hands its requests to the controller in its own trace order, as many
+per cycle as the front end allows, with head-of-line blocking on a full queue (each port has its own share of the
+read and write queues, its own request buffer). An accepted request joins its bank's
 age-ordered list (or, with bank queues, the transaction queue), or is served from the write queue (forwarding),
 and sets the cycle at which its pseudo-channel must look at it."""
 
@@ -28,6 +29,7 @@ from archsim.controller.codes import (
     P_INJCAP,
     P_PCS,
     P_POLICY,
+    P_PORTS,
     P_POSTED,
     P_RANKS,
     P_RQ,
@@ -36,16 +38,16 @@ from archsim.controller.codes import (
     P_WQ,
     PC_DRAINING,
     PC_NEXT,
-    PC_PORT_Q,
     PC_RQ_LEN,
     PC_RQ_UNMOVED,
     PC_WQ_LEN,
     PC_WQ_UNMOVED,
+    PF_BLOCKED,
+    PF_INJECTED,
     POL_OPEN_CAP,
+    PP_QUEUED,
     PRE,
     RD,
-    SCR_BLOCKED,
-    SCR_INJECTED,
 )
 from archsim.controller.index_lowering import kernel_stage
 from archsim.controller.request_lists import add_hit, link, quotient
@@ -58,19 +60,20 @@ def inject(t, ptr, queued, last, last_col_t, prm, scratch, req, out, st):
     """Inject what each port may hand over at cycle `t`; returns the updated (requests injected, queued, last
     event cycle, start of the column-command watchdog)."""
     port_ptr = st.port_ptr
+    pflags = st.pflags
     injcap = prm[P_INJCAP]
-    for port in range(2):
-        scratch[SCR_INJECTED + port] = 0
-        scratch[SCR_BLOCKED + port] = 0
+    for port in range(prm[P_PORTS]):
+        pflags[port, PF_INJECTED] = 0
+        pflags[port, PF_BLOCKED] = 0
         while port_ptr[port] < req.port_end[port + 1]:
             idx = req.port_idx[port_ptr[port]]
-            if req.ts[idx] > t or (injcap > 0 and scratch[SCR_INJECTED + port] >= injcap):
+            if req.ts[idx] > t or (injcap > 0 and pflags[port, PF_INJECTED] >= injcap):
                 break
             if _queue_full(idx, port, prm, req, st):
-                scratch[SCR_BLOCKED + port] = 1
+                pflags[port, PF_BLOCKED] = 1
                 break
             port_ptr[port] += 1
-            scratch[SCR_INJECTED + port] += 1
+            pflags[port, PF_INJECTED] += 1
             out.accept[idx] = t
             last = max(last, t)
             ptr += 1
@@ -93,12 +96,13 @@ def _queue_full(idx, port, prm, req, st):
     """Whether the queue request `idx` joins is full: with bank queues the transaction queue of its kind, else
     its port's share of the read or write queue."""
     pstate = st.pstate
+    ports = prm[P_PORTS]  # noqa: F841 - the row length of pport's indexing (index_lowering)
     pc = req.pc[idx]
     is_w = req.write[idx] != 0
     depth = prm[P_WQ] if is_w else prm[P_RQ]
     if prm[P_BQD] > 0:
         return (pstate[pc, PC_WQ_UNMOVED] if is_w else pstate[pc, PC_RQ_UNMOVED]) >= depth
-    return pstate[pc, PC_PORT_Q + (2 if is_w else 0) + port] >= depth
+    return st.pport[pc, port, PP_QUEUED + (1 if is_w else 0)] >= depth
 
 
 @kernel_stage
@@ -112,7 +116,8 @@ def _note_conflict(idx, t, prm, req, out, st):
     if (orow >= 0 and orow != row) or (bstate[gb, B_PEND] > 0 and orow != row) or bstate[gb, B_BUSY] > t:
         out.bank_conflict[idx] = 1
         if orow >= 0 and orow != row:
-            st.qos_counts[4 + req.src[idx] * 2 + bstate[gb, B_OPENER]] += 1
+            ports = prm[P_PORTS]
+            st.qos_counts[ports * ports + req.src[idx] * ports + bstate[gb, B_OPENER]] += 1
 
 
 @kernel_stage
@@ -145,6 +150,7 @@ def _enqueue(idx, port, t, prm, req, out, st):
     pstate = st.pstate
     bpp = prm[P_BPP]
     words = prm[P_WORDS]
+    ports = prm[P_PORTS]  # noqa: F841 - the row length of pport's indexing (index_lowering)
     bankq = prm[P_BQD] > 0
     pc = req.pc[idx]
     gb = pc * bpp + req.bank[idx]
@@ -160,7 +166,7 @@ def _enqueue(idx, port, t, prm, req, out, st):
         link(idx, gb, pc, kind, bstate, st.bnext, st.bprev, st.amask, bpp, words)
         if orow < 0:
             note_closed(pstate, pc, gb, bstate, st.nxt_bank, st.nxt_bg)
-    pstate[pc, PC_PORT_Q + 2 * kind + port] += 1
+    st.pport[pc, port, PP_QUEUED + kind] += 1
     pstate[pc, PC_WQ_LEN if is_w else PC_RQ_LEN] += 1
     pstate[pc, PC_WQ_UNMOVED if is_w else PC_RQ_UNMOVED] += 1
     if orow == req.row[idx] and not bankq:

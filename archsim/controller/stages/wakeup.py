@@ -12,12 +12,13 @@ from archsim.controller.codes import (
     P_INJCAP,
     P_NCH,
     P_PCS,
+    P_PORTS,
     P_REFRESH,
     P_TICK,
     PC_NEXT,
-    SCR_BLOCKED,
+    PF_BLOCKED,
+    PF_INJECTED,
     SCR_DUE,
-    SCR_INJECTED,
 )
 from archsim.controller.index_lowering import kernel_stage
 from archsim.controller.stages.refresh import recheck_after_issue
@@ -64,14 +65,15 @@ def next_event(t, freed, prm, scratch, req, st):
     for ch in range(prm[P_NCH]):
         nt = min(nt, st.chan_next[ch])
     port_ptr = st.port_ptr
-    for port in range(2):
+    pflags = st.pflags
+    for port in range(prm[P_PORTS]):
         if port_ptr[port] >= req.port_end[port + 1]:
             continue
         head_ts = req.ts[req.port_idx[port_ptr[port]]]
-        if scratch[SCR_BLOCKED + port] != 0:
+        if pflags[port, PF_BLOCKED] != 0:
             if freed or prm[P_BQD] > 0:
                 nt = min(nt, t + 1)
-        elif prm[P_INJCAP] > 0 and scratch[SCR_INJECTED + port] >= prm[P_INJCAP] and head_ts <= t:
+        elif prm[P_INJCAP] > 0 and pflags[port, PF_INJECTED] >= prm[P_INJCAP] and head_ts <= t:
             nt = min(nt, t + 1)
         else:
             nt = min(nt, max(head_ts, t + 1))
