@@ -13,7 +13,7 @@ from scripts.make_golden import DIGESTS, cases, digest, golden_text, replay_case
 
 pytestmark = pytest.mark.component
 
-GOLDEN_SHA256 = "887c8952dfa0052154806849ca57d3b566784842373b86b316eb791574691839"
+GOLDEN_SHA256 = "119c2a0f36c82bc5150a1a0fe73d098b41668116a1142ad4ae531deae5e10952"
 
 CASES = cases()
 

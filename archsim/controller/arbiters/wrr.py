@@ -1,11 +1,13 @@
-"""Weighted round robin over column commands: the port whose served count is furthest below its weight's share
-ranks first (`PORT_WEIGHT` per port; served counts in `pport[pc, port, PP_SERVED]`); on a tie the lower port."""
+"""Weighted round robin over column commands: of the ports with requests queued in the pseudo-channel, the one
+whose served count is furthest below its weight's share ranks first (`PORT_WEIGHT` per port; served counts in
+`pport[pc, port, PP_SERVED]`); on a tie the lower port. A real arbiter skips an empty queue: an idle host must not
+hold the favour."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from archsim.controller.codes import N_PARAMS, P_PORTS, PORT_PARAMS, PORT_WEIGHT, PP_SERVED
+from archsim.controller.codes import N_PARAMS, P_PORTS, PORT_PARAMS, PORT_WEIGHT, PP_QUEUED, PP_SERVED
 from archsim.controller.index_lowering import kernel_stage
 
 assert np  # the index lowering casts with np.uint64
@@ -16,6 +18,8 @@ def favored_by_weight(pc, prm, pport):
     ports = prm[P_PORTS]
     best = -1
     for port in range(ports):
+        if pport[pc, port, PP_QUEUED] + pport[pc, port, PP_QUEUED + 1] == 0:
+            continue
         # served / weight below the best's, cross-multiplied: integers, no division
         if best < 0 or (pport[pc, port, PP_SERVED] * prm[N_PARAMS + best * PORT_PARAMS + PORT_WEIGHT]
                         < pport[pc, best, PP_SERVED] * prm[N_PARAMS + port * PORT_PARAMS + PORT_WEIGHT]):
