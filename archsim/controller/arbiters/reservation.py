@@ -1,7 +1,8 @@
 """Bandwidth reservation: each port with a reserved share earns tokens at that share of the column-command rate
 (`PORT_RATE`, up to a burst, `PORT_CAP`) and ranks first while it holds one command's worth; each column command
-it is served spends one. When several hold one, the one holding most (the furthest behind its share) goes first;
-on a tie the lower port."""
+it is served spends one. When several hold one, the one whose bucket would overflow first goes first (earliest
+deadline: a bucket at its cap loses the share it keeps earning), on a tie the lower port; favouring the fullest
+bucket instead let a large share starve a small one below its guarantee."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ assert np  # the index lowering casts with np.uint64
 @kernel_stage
 def favored_by_reservation(pc, t, prm, pport):
     ports = prm[P_PORTS]
-    best = -1
+    best, best_room, best_rate = -1, 0, 1
     for port in range(ports):
         rate = prm[N_PARAMS + port * PORT_PARAMS + PORT_RATE]
         if rate == 0:
@@ -33,9 +34,12 @@ def favored_by_reservation(pc, t, prm, pport):
         v = pport[pc, port, PP_TOKENS] + (t - pport[pc, port, PP_TOKEN_T]) * rate
         pport[pc, port, PP_TOKENS] = min(v, prm[N_PARAMS + port * PORT_PARAMS + PORT_CAP])
         pport[pc, port, PP_TOKEN_T] = t
-        tokens = pport[pc, port, PP_TOKENS]
-        if tokens >= TOKEN and (best < 0 or tokens > pport[pc, best, PP_TOKENS]):
-            best = port
+        if pport[pc, port, PP_TOKENS] < TOKEN:
+            continue
+        # time to overflow, (cap - tokens) / rate, below the best's: cross-multiplied
+        room = prm[N_PARAMS + port * PORT_PARAMS + PORT_CAP] - pport[pc, port, PP_TOKENS]
+        if best < 0 or room * best_rate < best_room * rate:
+            best, best_room, best_rate = port, room, rate
     return best
 
 

@@ -1,0 +1,110 @@
+"""Arbitration among N request ports (several hosts and the PNM sharing one memory): each policy does what it
+promises under contention, port by port, and the ports the arbiter names are checked against the trace's."""
+
+import numpy as np
+import pytest
+
+from archsim.errors import ConfigError
+from archsim.memory import Requests, replay
+from tests.conftest import config
+
+pytestmark = pytest.mark.component
+
+THREE = ("host0", "host1", "pnm")
+BASE = ("memory.controller.refresh=none", "memory.controller.read_queue_depth=64")
+
+
+def _contention(cfg, ports, n=24_000, seed=7, idle=()):
+    """Every port but the `idle` ones streams random reads at full rate into the same channels."""
+    rng = np.random.default_rng(seed)
+    ab = cfg.organization.access_bytes
+    address = (rng.integers(0, cfg.organization.capacity_bytes // ab, n) * ab).astype(np.uint64)
+    busy = [p for p in range(len(ports)) if ports[p] not in idle]
+    source = np.asarray(busy, dtype=np.uint8)[np.arange(n) % len(busy)]
+    return Requests.build(np.zeros(n, dtype=np.int64), address, np.zeros(n), source, ports)
+
+
+def _served_while_all_busy(result, ports):
+    """Reads each port had served by the time a third of all completed: every port still has work queued."""
+    order = np.argsort(result.done_cycle, kind="stable")
+    return np.bincount(result.requests.source[order[: len(order) // 3]], minlength=len(ports))
+
+
+def test_weighted_round_robin_shares_column_commands_among_three_ports():
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: wrr, weights: {host0: 1, host1: 1, pnm: 2}}")
+    served = _served_while_all_busy(replay(cfg, _contention(cfg, THREE)), THREE)
+    share = served / served.sum()
+    assert share[2] == pytest.approx(0.5, abs=0.06)
+    assert share[0] == pytest.approx(0.25, abs=0.05) and share[1] == pytest.approx(0.25, abs=0.05)
+
+
+def test_an_idle_port_does_not_hold_the_weighted_round_robins_favour():
+    """host0 sends nothing: host1 and the PNM still share 3:1. An arbiter that let the idle port (served 0) keep
+    the favour would leave the others to pure age order, about 1:1."""
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: wrr, weights: {host0: 1, host1: 3, pnm: 1}}")
+    served = _served_while_all_busy(replay(cfg, _contention(cfg, THREE, idle=("host0",))), THREE)
+    assert served[0] == 0
+    assert 2.2 < served[1] / served[2] < 4.0
+
+
+def _share_of_peak(result, cfg):
+    """Each port's reads served while every port is busy, as a fraction of the column-command slots (one per
+    pseudo-channel every tBURST) of that time: the unit a reservation's share is given in."""
+    order = np.argsort(result.done_cycle, kind="stable")
+    first = order[: len(order) // 3]
+    slots = cfg.organization.n_pseudo_channels / cfg.timing.tBURST * int(result.done_cycle[first].max())
+    return np.bincount(result.requests.source[first], minlength=3) / slots
+
+
+def test_per_host_reservations_give_each_reserved_host_about_its_share_of_the_slots():
+    """Random reads reach about a third of the peak column rate here; reservations of 20 % and 10 % of the slots
+    fit inside it. Each reserved host gets about its share (the arbiter orders ready requests; bank timing
+    decides what is ready, so a share is met within a few percent), and the unreserved PNM yields."""
+    shared_cfg = config("HBM3", *BASE)
+    shared = _share_of_peak(replay(shared_cfg, _contention(shared_cfg, THREE)), shared_cfg)
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: reservation, shares: {host0: 0.2, host1: 0.1}}")
+    share = _share_of_peak(replay(cfg, _contention(cfg, THREE)), cfg)
+    assert share[0] >= 0.85 * 0.2 and share[1] >= 0.85 * 0.1
+    assert share[0] > shared[0] + 0.05
+    assert share[2] < 0.5 * shared[2]
+
+
+def test_strict_priority_favours_the_named_host():
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: priority, favor: host1}")
+    result = replay(cfg, _contention(cfg, THREE))
+    latency = result.done_cycle - result.accept_cycle
+    mean = [float(latency[result.requests.source == p].mean()) for p in range(3)]
+    assert mean[1] < 0.8 * min(mean[0], mean[2])
+
+
+def test_interference_is_counted_for_every_port_pair():
+    from archsim.report.memory_stats import memory_stats
+
+    cfg = config("HBM3")
+    qos = memory_stats(replay(cfg, _contention(cfg, THREE, n=6000)))["memory"]["qos"]
+    assert set(qos["row_closures"]) == {f"{a}_by_{b}" for a in THREE for b in THREE}
+    assert all(qos["row_closures"][f"{a}_by_{b}"] > 0 for a in THREE for b in THREE if a != b)
+
+
+@pytest.mark.parametrize(("arbiter", "where"), [
+    ("{impl: priority, favor: host2}", "memory.controller.arbiter.favor"),
+    ("{impl: wrr, weights: {host0: 1, host3: 2}}", "memory.controller.arbiter.weights.host3"),
+    ("{impl: reservation, shares: {host: 0.3}}", "memory.controller.arbiter.shares.host"),
+])
+def test_a_port_the_trace_lacks_is_one_error_naming_the_key(arbiter, where):
+    cfg = config("HBM3", f"memory.controller.arbiter={arbiter}")
+    with pytest.raises(ConfigError) as info:
+        replay(cfg, _contention(cfg, THREE, n=100))
+    assert info.value.where == where and "host0, host1, pnm" in str(info.value)
+
+
+@pytest.mark.parametrize(("arbiter", "where", "says"), [
+    ("{impl: reservation, shares: {host0: 0.6, host1: 0.5}}", "memory.controller.arbiter.shares", "above 1"),
+    ("{impl: reservation, shares: {host0: 0}}", "memory.controller.arbiter.shares.host0", "(0, 1]"),
+    ("{impl: wrr, weights: {gpu: 1}}", "memory.controller.arbiter.weights.gpu", "unknown port"),
+    ("{impl: wrr, weights: {}}", "memory.controller.arbiter.weights", "at least one"),
+])
+def test_bad_shares_and_port_names_are_refused_with_their_key(arbiter, where, says):
+    with pytest.raises(ConfigError) as info:
+        config("HBM3", f"memory.controller.arbiter={arbiter}")
+    assert info.value.where == where and says in str(info.value)
