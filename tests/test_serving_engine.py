@@ -129,9 +129,14 @@ def test_the_running_batch_never_holds_more_kv_than_its_tier(preemption):
     assert res.peak_pinned_blocks[0] >= 0.9 * res.capacity_blocks[0]
     assert res.tokens_emitted == int(reqs.output_tokens.sum())
     if preemption == "swap":                    # what was swapped out came back
-        assert res.swap_in_bytes == res.swap_out_bytes > 0
+        assert res.swap_in_bytes == res.swap_out_bytes > 0 and res.swap_recomputes == 0
     else:
         assert res.swap_in_bytes == res.swap_out_bytes == 0
+    # with nothing below HBM there is nowhere to swap to: refused, not recomputed in silence
+    if preemption == "swap":
+        with pytest.raises(ConfigError, match="swap") as err:
+            simulate(reqs, spec(hbm_tokens=6000, preemption="swap"), COST)
+        assert err.value.where == "system.serving.preemption"
 
 
 def _groups(arrival_ns, seed=3, groups=12, prompt=2000):
