@@ -1,7 +1,8 @@
 """Issue 19's "numbers it must reach" on shipped systems with the real cost model (build.py's cost table over
-the mixed-batch step, Llama-3.1-70B): Little's law, token and byte conservation, TTFT at 0.01x saturation,
-throughput at saturation, a faster fabric, KV room, the Mooncake hit rate against the infinite-cache bound,
-rejections and byte-identical JSON. The analytic unit versions are in tests/test_serving_engine.py."""
+the mixed-batch step, Llama-3.1-70B): Little's law, token and byte conservation, later turns' arrivals, TTFT's
+parts, TTFT at 0.01x saturation, a prefill's KV write charged once, demotions in the bins, throughput at
+saturation, a faster fabric, KV room, the Mooncake hit rate against its bounds, rejections and byte-identical
+JSON. The analytic unit versions are in tests/test_serving_engine.py."""
 
 from __future__ import annotations
 
