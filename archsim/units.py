@@ -56,6 +56,15 @@ def parse_time_ns(value: object, where: str = "") -> float:
     return _parse(value, where, "duration", _TIME_NS, "ns")
 
 
+def parse_time_option_ns(text: str, where: str) -> float:
+    """A duration typed on the command line: it needs its unit (a bare 60 would be 60 ns, rarely what was
+    meant); a bare 0 is 0 in any unit."""
+    number, unit = _split(text, where, "duration")
+    if not unit and number != 0:
+        raise ConfigError(f"{text!r}: give the unit (e.g. {text.strip()}s or {text.strip()}ms)", where=where)
+    return parse_time_ns(text, where)
+
+
 def parse_size_bytes(value: object, where: str = "") -> int:
     """A size in bytes; a bare number is taken as bytes. Must come to a whole number of bytes."""
     size = _parse(value, where, "size", _SIZE_BYTES, "B")

@@ -120,11 +120,24 @@ def test_a_trace_given_as_the_scenario_shows_the_scenario_form(tmp_path):
     (["--requests", "5", "--duration", "60s"], ["--requests", "--duration"]),
     (["--duration", "0s"], ["--duration", "positive"]),
     (["--duration", "ten"], ["--duration"]),
+    (["--duration", "60"], ["--duration", "'60': give the unit"]),          # not 60 ns
+    (["--requests", "3", "--timeline", "{t}/out.timeline.json", "--timeline-window", "0:10"],
+     ["--timeline-window", "'10': give the unit"]),
+    (["--requests", "5", "--warmup-requests", "5"], ["--warmup-requests", "none of the 5 requests"]),
+    (["--duration", "1s", "--warmup-requests", "1000"], ["--warmup-requests", "none of the"]),
+    (["--set", "system.serving.router"], ["--set", "'system.serving.router'", "dotted.key=value"]),
+    (["--set", "scenario.arrivals.rate_per_s"], ["--set", "dotted.key=value"]),
+    (["--set", "system.pool.memory.tCL"], ["--set", "dotted.key=value"]),
+    # nothing below HBM to swap into: an error, not a silent recompute
+    (["--requests", "3", "--set", "system.serving.preemption=swap"],
+     ["gpu-hbm.yaml", "system.serving.preemption", "swap", "has none"]),
 ])
 def test_bad_options_are_one_line(tmp_path, args, words):
-    line = _bad(tmp_path, "gpu-hbm", "--scenario", "multiturn", *args)
+    line = _bad(tmp_path, "gpu-hbm", "--scenario", "multiturn", *[a.replace("{t}", str(tmp_path)) for a in args])
     for word in words:
         assert word in line
+    if "--set" in args and "=" not in args[args.index("--set") + 1]:
+        assert ".yaml" not in line                  # the option is to blame, not the file it would change
 
 
 def test_unknown_system_and_scenario_names(tmp_path):

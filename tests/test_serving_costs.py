@@ -54,9 +54,11 @@ def _off_grid(table, mixes, count: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "overrides"), [("g25", []), ("g25-nopnm", []),
-                                                 ("g25-nopnm", ["system.kv.decode=stream"])])
+@pytest.mark.parametrize(("name", "overrides"), [("g25", []), ("g25-nopnm", ["system.kv.decode=stream"])])
 def test_interpolated_iterations_match_the_step_model(name, overrides):
+    # g25-nopnm as it ships (decode: load) reads its KV from HBM, a roofline: its table is exact with no grid
+    # point and replays no DRAM (tests/test_serving_system.py holds it to that). Its DRAM-replayed path is decode:
+    # stream, every step fetching the KV from the pool over CXL, which this test draws from
     system, workload, table, mixes = _run(name, overrides, 400)
     picked = _off_grid(table, mixes, 100)
     assert len(picked) == 100
@@ -68,9 +70,8 @@ def test_interpolated_iterations_match_the_step_model(name, overrides):
     assert max(errors) <= 0.03, max(errors)
     # the table's own check at the run's iterations agrees with the bound it declares
     assert table.declaration()["max_rel_error_measured"] <= 0.03
-    if system.attention != "pnm" and system.kv_decode != "stream":
-        return  # decode reads its KV from HBM (a roofline): no pool DRAM to replay
     # the grid points were real decode-step runs with the pool's DRAM replayed
+    assert table.tabulated and table.grid_points >= 4
     d, n = next(iter(table._terms))
     terms = decode_terms(system, workload, d, n // d)
     assert terms.step is not None and terms.step.sampling["replayed_requests"] > 0

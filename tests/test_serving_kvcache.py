@@ -96,6 +96,24 @@ def test_two_tiers_promote_evict_to_copy_below_or_demote():
         c.promote(K(99), 0)
 
 
+def test_first_demotion_names_the_insert_that_demotes_and_on_demote_hears_of_it():
+    c = TieredPrefixCache([4, 8], ["hbm", "host"])
+    told: list[int] = []
+    c.on_demote = told.append
+    assert c.insert(K(1, 2), 1)                          # 1 and 2 also live below; 3 only in HBM
+    for key in (3, 1, 2):
+        assert c.insert(K(key), 0)
+    assert lru_order(c, 0) == [3, 1, 2]                  # least recent first; one slot free
+    # new blocks one after the other: the first takes the free slot, the second evicts 3 (demoted: no copy
+    # below), the next ones evict 1 and 2 (dropped: the host holds them)
+    assert c.first_demotion(0, 1) is None and c.first_demotion(0, 4) == 1
+    assert lru_order(c, 0) == [3, 1, 2]                  # asking changes nothing
+    for k in range(4):
+        assert c.insert(K(100 + k), 0, pin=True)
+        assert told == ([1] if k >= 1 else [])
+    assert c.first_demotion(1, 100) is None               # the last tier drops, never demotes
+
+
 def test_infinite_cache_hit_rate_counts_repeats_of_earlier_blocks():
     assert infinite_cache_hit_rate(K(1, 2, 1, 3, 2, 1)) == 3 / 6
     assert infinite_cache_hit_rate(K(1, 2, 1), [100, 50, 10]) == 10 / 160

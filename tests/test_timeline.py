@@ -142,12 +142,13 @@ def test_a_serve_timeline_draws_every_iteration_and_every_timed_transfer(tmp_pat
     loads = [e for e in moved if e["args"]["link"] == "host_dram->gpu"]
     writes = [e for e in moved if e["args"]["link"] == "gpu->host_dram"]
     assert loads and writes and len(loads) + len(writes) == len(moved)
-    assert {e["name"] for e in loads} == {"KV load"} and {e["name"] for e in writes} == {"write-through"}
-    # every load out of host DRAM and every write-through into it is a timed transfer on its direction
+    assert {e["name"] for e in loads} == {"KV load"}
+    assert "prefill write" in {e["name"] for e in writes} <= {"prefill write", "write-through", "demotion"}
+    # every load out of host DRAM and every write into it (a prefill's KV as it is computed, an answer's blocks
+    # for the next turn, HBM's demotions) is a timed transfer on its direction
     assert sum(e["args"]["bytes"] for e in loads) == pytest.approx(entry["tier_bytes"]["host_dram"]["read"], rel=1e-9)
-    # ... the rest of what host DRAM was written is HBM's demotions, counted but not timed
     written = entry["tier_bytes"]["host_dram"]["written"]
-    assert 0.95 * written <= sum(e["args"]["bytes"] for e in writes) <= written
+    assert sum(e["args"]["bytes"] for e in writes) == pytest.approx(written, rel=1e-9)
     # the link's bandwidth counter integrates to the same bytes
     counter = [e for e in tree["traceEvents"] if e["ph"] == "C" and e["name"] == "link host_dram->gpu GB/s"]
     bin_ns = (counter[1]["ts"] - counter[0]["ts"]) * 1000

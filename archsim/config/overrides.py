@@ -29,7 +29,8 @@ def apply_overrides(tree: dict[str, Any], assignments: tuple[str, ...] | list[st
     """
     for assignment in assignments:
         if "=" not in assignment:
-            raise ConfigError(f"override {assignment!r} is not of the form dotted.key=value", file=file)
+            # only a command line's --set gets here (a sweep file's `set` is checked where it is read)
+            raise ConfigError(f"{assignment!r} is not of the form dotted.key=value", where="--set")
         dotted, text = assignment.split("=", 1)
         keys = dotted.strip().split(".")
         node: Any = tree

@@ -60,7 +60,7 @@ def parse_window(text: str | None, requests: int | None = None, where: str = "--
                  timeline: str | None = "") -> Window:
     """`START:END` with units (`10us:2ms`, `:50us`, `1ms:`); None: the whole run. `timeline` is the command's
     --timeline path: a window or request bound without it is refused (it would bound nothing)."""
-    from archsim.units import parse_time_ns
+    from archsim.units import parse_time_option_ns
 
     if timeline is None and (text is not None or requests is not None):
         option = where if text is not None else "--timeline-requests"
@@ -72,8 +72,8 @@ def parse_window(text: str | None, requests: int | None = None, where: str = "--
     start, sep, end = text.partition(":")
     if not sep:
         raise ConfigError(f"{text!r}: give START:END (e.g. 0:20us; either side may be empty)", where=where)
-    start_ns = parse_time_ns(start, where) if start.strip() else 0.0
-    end_ns = parse_time_ns(end, where) if end.strip() else float("inf")
+    start_ns = parse_time_option_ns(start, where) if start.strip() else 0.0
+    end_ns = parse_time_option_ns(end, where) if end.strip() else float("inf")
     if start_ns < 0 or end_ns <= start_ns:
         raise ConfigError(f"{text!r}: need 0 <= START < END", where=where)
     return Window(start_ns, end_ns, requests)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-# engine.X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT
-TRANSFER_KINDS = ("KV load", "swap-in", "KV stream", "write-through", "move", "prefill write", "swap-out")
+# engine.X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT, X_DEMOTE
+TRANSFER_KINDS = ("KV load", "swap-in", "KV stream", "write-through", "move", "prefill write", "swap-out",
+                  "demotion")
 
 
 class ActivityLog:

@@ -76,10 +76,13 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
             capacity = system.pool.capacity_bytes
         assert capacity is not None and t.endpoint is not None
         rate, latency = _link(system, t.endpoint, tp)
-        server_rate = 0.0
+        write = _link(system, t.endpoint, tp, write=True)[0]
+        server_rate = server_write = 0.0
         if system.servers > 1:       # the pool side at what every GPU reaches together, each server's own port
             rate, server_rate = _server_links(system, t.endpoint)
-        tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute, server_rate))
+            write, server_write = _server_links(system, t.endpoint, write=True)
+        tiers.append(TierSpec(t.name, t.kind, capacity, f"{t.name}->gpu", rate, latency, t.compute, server_rate,
+                              write, server_write))
     if serving.prefill_instances and not 1 <= serving.prefill_instances < instances:
         raise ConfigError(f"disaggregation needs 1 <= prefill_instances < instances ({instances}), got "
                           f"{serving.prefill_instances}", file=system.file, where="system.serving.prefill_instances")
@@ -102,26 +105,30 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
     return spec
 
 
-def _link(system: SystemConfig, endpoint: str, tp: int) -> tuple[float, float]:
-    """GB/s one instance's GPUs reach together from `endpoint`, and the one-way latency."""
+def _link(system: SystemConfig, endpoint: str, tp: int, write: bool = False) -> tuple[float, float]:
+    """GB/s one instance's GPUs reach together from `endpoint` (`write`: towards it, over the links' other
+    direction, which may be slower: an SSD's sequential write), and the one-way latency."""
     topology = system.topology
     assert topology is not None
     every = system.gpu_endpoints(system.gpus.count)
     mine = every[:tp]
-    alone = analytic_share_GBps(topology, mine, endpoint, None) * len(mine)
-    together = analytic_share_GBps(topology, every, endpoint, None) * len(mine)
+    src, dst = (None, endpoint) if write else (endpoint, None)
+    alone = analytic_share_GBps(topology, mine, src, dst) * len(mine)
+    together = analytic_share_GBps(topology, every, src, dst) * len(mine)
     return min(alone, together), route_latency_ns(topology, endpoint, mine[0])
 
 
-def _server_links(system: SystemConfig, endpoint: str) -> tuple[float, float]:
-    """Several servers: GB/s every GPU of the system reaches from `endpoint` when all load at once (the shared
-    pool side), and GB/s one server's GPUs reach alone (its port, and anything else on its route)."""
+def _server_links(system: SystemConfig, endpoint: str, write: bool = False) -> tuple[float, float]:
+    """Several servers: GB/s every GPU of the system reaches from `endpoint` (`write`: towards it) when all move
+    KV at once (the shared pool side), and GB/s one server's GPUs reach alone (its port, and anything else on
+    its route)."""
     topology = system.topology
     assert topology is not None
     every = system.gpu_endpoints(system.gpus.count)
     server = every[:system.gpus_per_server]
-    together = analytic_share_GBps(topology, every, endpoint, None) * len(every)
-    return together, analytic_share_GBps(topology, server, endpoint, None) * len(server)
+    src, dst = (None, endpoint) if write else (endpoint, None)
+    together = analytic_share_GBps(topology, every, src, dst) * len(every)
+    return together, analytic_share_GBps(topology, server, src, dst) * len(server)
 
 
 def cost_table(system: SystemConfig, workload: Workload, spec: ServingSpec) -> StepCostTable | SplitCost:

@@ -103,12 +103,12 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     from archsim.serving.run import SCHEMA, SystemRun, requests_lines, requests_source, result_entry
     from archsim.serving.scenario import load_scenario
     from archsim.system.config import load_system_configs
-    from archsim.units import parse_time_ns
+    from archsim.units import parse_time_option_ns
 
     start = time.perf_counter()
     if n_requests is not None and duration is not None:
         raise click.UsageError("give at most one of --requests and --duration")
-    duration_ns = parse_time_ns(duration, "--duration") if duration is not None else None
+    duration_ns = parse_time_option_ns(duration, "--duration") if duration is not None else None
     if duration_ns is not None and duration_ns <= 0:
         raise ConfigError(f"must be positive, got {duration!r}", where="--duration")
     unknown = [o for o in overrides if not o.strip().startswith(("scenario.", "system."))]
@@ -130,6 +130,7 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     count = n_requests if n_requests or duration_ns else 1000
     tasks = [(config, load, requests_source(load, count, duration_ns, seed)) for load in loads for config in configs]
+    _check_warmup(warmup_requests, tasks)
     rate_of = [rates[k // len(configs)] if rates else None for k in range(len(tasks))]
     entries = []
     with progress_bar(len(tasks), "system", "serve", quiet) as bar:
@@ -179,6 +180,19 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
     if not any(e["status"] == "ok" for e in entries):  # exit 0 only when some system served the requests
         click.echo("archsim: no system could serve the scenario: every result is infeasible", err=True)
         raise SystemExit(1)
+
+
+def _check_warmup(warmup_requests: int, tasks: Sequence[tuple[Any, Any, Any]]) -> None:
+    """A warm-up of as many requests as a run serves would leave nothing to measure. (Each load's requests are
+    drawn here, before any worker starts: the runs then serve these tables.)"""
+    if not warmup_requests:
+        return
+    for config, _, source in tasks:
+        assert config.serving is not None
+        count = len(source(config.serving.block_tokens))
+        if warmup_requests >= count:
+            raise ConfigError(f"{warmup_requests} leaves none of the {count:,} requests to measure (give fewer than "
+                              f"{count:,})", where="--warmup-requests")
 
 
 def _write_lines(path: Path, lines: list[dict]) -> None:

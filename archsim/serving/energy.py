@@ -3,16 +3,17 @@
 Counted from what the run did (ServingResult), not per iteration:
 
 * GPU: every iteration of every instance reads the weights once (`gpu.hbm_bit`); every computed token costs
-  2 FLOPs per weight element (`gpu.flop`), prefill tokens (prompt tokens not found in a cache, recomputed
-  tokens after a recompute preemption) and decode tokens alike; attention FLOPs: each decode token over its
-  context, each prefill token over the context before it (causal). Attention on the GPU also reads its KV
-  from HBM (decode: the whole context each step).
+  2 FLOPs per weight element (`gpu.flop`), prefill tokens (what the engine's prefill chunks computed: prompt
+  tokens not found in a cache, and prompt plus answer again after a recompute preemption) and decode tokens
+  alike; attention FLOPs: each decode token over its context, each prefill token over the context before it
+  (causal). Attention on the GPU also reads its KV from HBM (decode: the whole context each step; a prefill:
+  the context it ends at, once).
 * The KV home of a PNM system: from the decode-step model at the run's largest tabulated point, the pool's
   energy per byte of KV its units read (DRAM, PNM MACs, SRAM, background power over that step) times the bytes
   the run's decode tokens read there, and the link energy per decode token (its query and output).
-* Moves: the bytes the engine put on each tier's link (loads, streams, swaps, write-through) priced per wire
-  bit of the route's protocols, plus the store's device energy per bit or byte (host DRAM, NVMe, the RDMA
-  server's DRAM and NIC).
+* Moves: the bytes the engine put on each tier's link (loads, streams, swaps, write-through, demotions) priced
+  per wire bit of the route's protocols, plus the store's device energy per bit or byte (host DRAM, NVMe, the
+  RDMA server's DRAM and NIC).
 """
 
 from __future__ import annotations
@@ -37,22 +38,16 @@ def _token_sums(result: ServingResult, pooled: bool | None = None,
                 verifier: bool = False) -> tuple[float, float, float, float]:
     """(prefill tokens, decode tokens, decode attention pairs, prefill attention pairs) over the run's target
     rows (`verifier`: over the rows a tree's own verifier model ran instead); `pooled`: only the requests whose
-    KV ended in the PNM tier (True) or in HBM (False) -- placement auto."""
+    KV ended in the PNM tier (True) or in HBM (False) -- placement auto. All four are the engine's record: its
+    prefill chunks (a prompt's tokens not found cached, and what a recompute preemption prefilled again) and
+    decode steps (a token the target model kept: with speculation its accepted drafts and its own)."""
     done = _rows(result, verifier)
     if pooled is not None and result.home_tier is not None:
         done = done & ((result.home_tier > 0) == pooled)
-    spec = result.spec
-    prompt = result.input_tokens[done].astype(float)
-    out = result.output_tokens[done].astype(float)
-    # blocks found where the KV lives (HBM, or the PNM pool) are used in place; below it, only loaded ones
-    usable = result.hit_blocks[done][:, : spec.kv_home + 1].sum(axis=1) + \
-        result.loaded_blocks[done][:, spec.kv_home + 1:].sum(axis=1)
-    reused = np.minimum(usable * spec.block_tokens, prompt - 1)
-    computed = prompt - reused  # at least the last prompt token is computed
-    decode = np.maximum(out - 1.0, 0.0)  # the prefill iteration samples the first token
-    decode_pairs = decode * prompt + decode * (decode + 1) / 2  # token k of the answer reads prompt + k
-    prefill_pairs = computed * reused + computed * (computed + 1) / 2
-    return float(computed.sum()), float(decode.sum()), float(decode_pairs.sum()), float(prefill_pairs.sum())
+    assert result.prefill_tokens is not None and result.prefill_pairs is not None
+    assert result.decode_tokens is not None and result.decode_pairs is not None
+    return (float(result.prefill_tokens[done].sum()), float(result.decode_tokens[done].sum()),
+            float(result.decode_pairs[done].sum()), float(result.prefill_pairs[done].sum()))
 
 
 def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
@@ -83,9 +78,10 @@ def run_counts(system: SystemConfig, workload: Workload, result: ServingResult,
     if not pnm_home:  # attention reads the KV from HBM: each decode token its whole context, a prefill
         # (flash attention, one pass over the KV per query tile) its prompt's KV about once; a verification
         # step reads its context once for all the positions it verifies
-        prompt_tokens = float(result.input_tokens[_rows(result, False)].sum())
+        assert result.prefill_context is not None
+        prefill_kv_tokens = float(result.prefill_context[_rows(result, False)].sum())
         decode_kv = sp["kv_read_bytes"] - sp["kv_read_bytes_pnm"] if sp is not None else kv_token * decode_pairs
-        hbm_bytes += decode_kv + kv_token * prompt_tokens
+        hbm_bytes += decode_kv + kv_token * prefill_kv_tokens
     counts = {"gpu.hbm_bit": 8.0 * hbm_bytes, "gpu.flop": float(flops)}
     for tier_index, tier in enumerate(spec.tiers[1:], start=1):
         moved = float(result.tier_read_bytes[tier_index] + result.tier_write_bytes[tier_index])
@@ -154,7 +150,8 @@ def run_energy(system: SystemConfig, workload: Workload, result: ServingResult,
                                             sp["draft_attention_pairs"], sp["draft_kv_tokens_read"])))
     if verifier is not None:
         tokens, _, _, pairs = _token_sums(result, verifier=True)
-        prompts = float(result.input_tokens[_rows(result, True)].sum())  # a prefill reads its KV about once
+        assert result.prefill_context is not None
+        prompts = float(result.prefill_context[_rows(result, True)].sum())  # a prefill reads its KV about once
         sides.append(("verifier", model_counts(verifier, result.verifier_passes, tokens, pairs, prompts)))
     for side, counts in sides:
         for name, pj in energy_breakdown(counts, system.energy).items():

@@ -16,12 +16,14 @@ blocks are looked up: blocks in the home are free; blocks in a lower tier are ei
 link (a processor-sharing transfer on archsim.serving.transfers, so concurrent loads slow each other; the
 sequence joins the batch when its load lands) or recomputed, whichever the costs say is faster; misses are
 prefilled. Prefill writes its KV through to the tier below HBM, and a finished turn writes its output blocks,
-so later turns and other instances hit them. Writes go the other way over the full-duplex links, each direction
-shared by processor sharing of its own: the KV a prefill chunk writes into a tier below HBM (a pool home) is part
-of its iteration, which lasts until both the GPU work and the write are done (per-layer overlap); write-through
-and swap-outs are timed in the background (nobody waits, but they share the direction's bandwidth, and a swapped
-sequence is not swapped in before its swap-out lands); decode appends, one token per sequence, are counted, not
-timed (a batch of 256 appends 80 MiB of a 70B model's KV, 1.3 ms at 64 GB/s, against a step of tens of ms).
+so later turns and other instances hit them. Writes go the other way over the full-duplex links, at the tier's
+write rate, each direction shared by processor sharing of its own: the KV a prefill chunk writes below HBM (into
+a pool home, or through to the tier below) is part of its iteration, which lasts until both the GPU work and the
+write are done (per-layer overlap; vLLM's KV connector ends the forward pass with `wait_for_save`); an answer's
+write-through, demotions (blocks HBM evicts that no tier below holds) and swap-outs are timed in the background
+(nobody waits, but they share the direction's bandwidth, and a swapped sequence is not swapped in before its
+swap-out lands); decode appends, one token per sequence, are counted, not timed (a batch of 256 appends 80 MiB
+of a 70B model's KV, 1.3 ms at 64 GB/s, against a step of tens of ms).
 A sequence whose KV alone exceeds HBM lives in the tier below and streams: its KV is re-read over the link every
 iteration it is in (as is everyone's with `decode: stream`); such an iteration lasts until both the GPU work and
 the stream are done (per-layer overlap).
@@ -47,6 +49,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -67,8 +70,10 @@ from archsim.system.multi_token import QUERIES_MAX
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
 EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
 # what a finished transfer wakes (activity.TRANSFER_KINDS names them in this order)
-X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT = range(7)
-WRITES = (X_WRITE, X_ITER_WRITE, X_SWAP_OUT)           # away from the GPUs: the links' other direction
+X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT, X_DEMOTE = range(8)
+WRITES = (X_WRITE, X_ITER_WRITE, X_SWAP_OUT, X_DEMOTE)  # away from the GPUs: the links' other direction
+BACKGROUND = (X_WRITE, X_DEMOTE)                        # nobody waits for these
+OF_INSTANCE = (X_ITER, X_ITER_WRITE, X_DEMOTE)          # `who` is an instance, not a request
 REJECT_CONTEXT, REJECT_CAPACITY, REJECT_PREVIOUS = 1, 2, 3
 
 
@@ -124,6 +129,15 @@ class ServingResult:
     pool_decode_tokens: tuple[int, int] = (0, 0)  # KV tokens the pool's decode attention read, and fetched
     kv_fetched_bytes: float = 0.0        # KV decode and verification attention fetched from the KV's memory
     link_write_busy_ns: dict[str, float] | None = None  # per link, away from the GPUs (timed writes)
+    # per request, what its prefills computed (a recompute preemption prefills prompt and answer again): tokens,
+    # their attention pairs (each new token over the context before it, causal), the contexts they ended at;
+    # and its decode steps: tokens kept (a token whose KV a re-prefill computed is not one), their pairs
+    prefill_tokens: np.ndarray | None = None
+    prefill_pairs: np.ndarray | None = None
+    prefill_context: np.ndarray | None = None
+    decode_tokens: np.ndarray | None = None
+    decode_pairs: np.ndarray | None = None
+    swap_recomputes: int = 0             # preemption swap: preemptions that recomputed (no tier below the KV)
 
     @property
     def mean_inflight(self) -> float:
@@ -266,17 +280,23 @@ class _Engine:
 
     def _build_links(self) -> None:
         """Transfers towards the GPU (loads, swap-ins, streams) share each link by processor sharing; writes
-        away from it (prefill chunks into a pool, write-through, swap-outs) share the link's other direction
-        (`write_link`, the same bandwidth and latency: the links are full duplex). Decode appends and
-        demotions are counted, not timed."""
+        away from it (prefill chunks and their write-through, swap-outs, demotions) share the link's other
+        direction (`write_link`: the links are full duplex; the same latency, the tier's write rate). Decode
+        appends are counted, not timed."""
         reads = links_of_tiers(self.spec.tiers)
         self.servers = self.spec.servers
+        tiers = [tier for tier in self.spec.tiers if tier.link is not None]
+        write_rate = {tier.link: tier.write_link_GBps for tier in tiers}
         if self.servers > 1:           # each server's own port onto each tier, then the shared side
-            rate = {tier.link: tier.server_link_GBps for tier in self.spec.tiers if tier.link is not None}
-            reads += [Link(server_link_name(link.name, s), rate[link.name]) for link in list(reads)
-                      for s in range(self.servers)]
+            rate = {tier.link: tier.server_link_GBps for tier in tiers}
+            ports = [(link.name, s, server_link_name(link.name, s)) for link in list(reads)
+                     for s in range(self.servers)]
+            reads += [Link(port, rate[name]) for name, _, port in ports]
+            write_rate.update({port: next(t.server_write_link_GBps for t in tiers if t.link == name)
+                               for name, _, port in ports})
         self.write_link = {link.name: write_link_name(link.name) for link in reads}
-        writes = [Link(self.write_link[link.name], link.bandwidth_GBps, link.latency_ns) for link in reads]
+        writes = [Link(self.write_link[link.name], write_rate[link.name], link.latency_ns) for link in reads]
+        self.write_spec = {link.name: link for link in writes}
         self.links: Any = PathSharing(reads + writes) if self.servers > 1 else LinkSharing(reads + writes)
         self.link_of_tier = [tier.link for tier in self.spec.tiers]
         self.link_spec = {link.name: link for link in reads}
@@ -307,9 +327,12 @@ class _Engine:
                 else:
                     tiers.append(shared[t])
                     pend.append(pending_shared[t])
-            self.views.append(TieredPrefixCache.of_tiers(tiers))
+            view = TieredPrefixCache.of_tiers(tiers)
+            view.on_demote = partial(self._demoted, i)
+            self.views.append(view)
             self.pending.append(pend)
         self.peak_pinned = np.zeros(self.T, dtype=np.int64)
+        self.demoted: dict[tuple[int, int], int] = {}   # (instance, tier) -> blocks demoted into it, not yet timed
 
     def _init_request_state(self) -> None:
         n, T = self.n, self.T
@@ -342,6 +365,11 @@ class _Engine:
         self.loaded_blocks = np.zeros((n, T), dtype=np.int64)
         self.rejected = np.zeros(n, dtype=np.int8)
         self.preemptions = np.zeros(n, dtype=np.int64)
+        self.prefill_tokens = np.zeros(n, dtype=np.int64)
+        self.prefill_pairs = np.zeros(n, dtype=np.int64)
+        self.prefill_context = np.zeros(n, dtype=np.int64)
+        self.decode_tokens = np.zeros(n, dtype=np.int64)
+        self.decode_pairs = np.zeros(n, dtype=np.int64)
         self.moves = np.zeros(n, dtype=np.int64)
         self.move_bytes = 0.0
         self.tier_read = np.zeros(T)
@@ -385,6 +413,7 @@ class _Engine:
         self.completed_out_tokens = 0                      # answers of the completed requests (auto's horizon)
         self.tokens_emitted = self.tokens_computed = 0     # output tokens sampled; tokens whose KV was computed
         self.swap_out_bytes = self.swap_in_bytes = self.handover_bytes = 0.0
+        self.swap_recomputes = 0
         # disaggregation: instances [0, prefill_instances) prefill, the rest decode
         self.routable = self.spec.prefill_instances if self.spec.disaggregated else self.spec.instances
         self.inflight = 0
@@ -413,6 +442,8 @@ class _Engine:
                 self._arrive(a, t)
             else:
                 self._link_check(b, t)
+            if self.demoted:
+                self._time_demotions(t)
         self._check_finished()
         return self._result(time.perf_counter() - wall)
 
@@ -652,6 +683,7 @@ class _Engine:
         if done:
             self._sample_l2(ids, ctx - done, self.iterations, done)
             self.decode_tokens_read += int(done * int((ctx - done).sum()) + len(ids) * done * (done - 1) // 2)
+            self._count_decoded(ids, ctx - done, done)
             self.ctx[ids] = ctx
             self.out_done[ids] += done
             self.iterations += done
@@ -735,6 +767,12 @@ class _Engine:
             return steps
         events = sorted((j, s) for s in np.flatnonzero(needs).tolist()
                         for j in range(int(first[s]), steps, self.bt))
+        stop = self._demoting_step(i, ids, events)
+        if stop is not None:            # the event path runs that step: it times the demotion at its start
+            steps = stop
+            events = [e for e in events if e[0] < stop]
+            if not events:
+                return steps
         view = self.views[i]
         one_tier = len(set(self.res[ids[needs]].tolist())) == 1   # placement auto mixes HBM and the pool
         if one_tier and self._grow_all(i, ids, held_tokens, [s for _, s in events]):
@@ -749,6 +787,19 @@ class _Engine:
         for v in set(self.res[ids[needs]].tolist()):
             self._note_pinned(i, v)
         return steps
+
+    def _demoting_step(self, i: int, ids: np.ndarray, events: list[tuple[int, int]]) -> int | None:
+        """The first step of `events` ((step, batch index), one per block, in insertion order) whose block
+        evicts a block that no slower tier holds (a demotion, a timed write); None if none would."""
+        steps_by_tier: dict[int, list[int]] = {}
+        for j, s in events:
+            steps_by_tier.setdefault(int(self.res[ids[s]]), []).append(j)
+        stops = []
+        for v, steps in steps_by_tier.items():
+            k = self.views[i].first_demotion(v, len(steps))
+            if k is not None:
+                stops.append(steps[k])
+        return min(stops) if stops else None
 
     def _grow_decoders(self, i: int, t: float) -> None:
         """Give every decode sequence whose next token starts a block that block, preempting when full."""
@@ -800,6 +851,8 @@ class _Engine:
             self.swap_out_bytes += size
             self.swapped[r] = True
         else:                                  # recompute: prefill prompt + generated tokens again
+            # (with swap: a sequence whose KV lives in the last tier, streamed or placed there)
+            self.swap_recomputes += self.spec.preemption == "swap"
             self.target[r] = self.in_tokens[r] + self.out_done[r]
             self.ctx[r] = 0
         self.nheld[r] = 0
@@ -1099,10 +1152,13 @@ class _Engine:
             self._iteration_ns(one, np.array([c_all]), np.array([target - c_all]))
         return load_ns < recompute_ns
 
-    def _alone_ns(self, tier: int, instance: int, size_bytes: float, shared: bool = False) -> float:
-        """A transfer's time over instance's path to `tier`: its links' latency, and its bytes at the slowest
-        link's rate (`shared`: that link's bandwidth split with the transfers on it now, one more for this)."""
-        path = [self.link_spec[name] for name in self._path(tier, instance)]
+    def _alone_ns(self, tier: int, instance: int, size_bytes: float, shared: bool = False,
+                  write: bool = False) -> float:
+        """A transfer's time over instance's path to `tier` (`write`: from it, the links' other direction): its
+        links' latency, and its bytes at the slowest link's rate (`shared`: that link's bandwidth split with
+        the transfers on it now, one more for this)."""
+        path = [self.write_spec[self.write_link[name]] if write else self.link_spec[name]
+                for name in self._path(tier, instance)]
         bytes_ns = max(size_bytes * ((self.links.in_flight(x.name) + 1) if shared else 1) / x.bandwidth_GBps
                        for x in path)
         return sum(x.latency_ns for x in path) + bytes_ns
@@ -1212,19 +1268,11 @@ class _Engine:
                 self.pool_bytes.add(t, t + compute_ns, float((cached[on_pool] + news[on_pool]).sum() * self.kvb))
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
-        written = news * self.kvb
-        res = self.res[ids]
-        for v in np.unique(res).tolist():
-            rows = res == v
-            size = float(written[rows].sum())
-            self.tier_write[self.base + v] += size
-            if self.base + v > 0:
-                # KV a pool (or a streamed tier) holds is written over its link: prefill chunks timed, as part
-                # of the iteration; decode appends counted
-                chunks = float(written[rows & prefill].sum())
-                if self._transfer(self.base + v, chunks, X_ITER_WRITE, i, t):
-                    self.parts_left[i] += 1
-                self._count_written(self.base + v, i, size - chunks)
+        if prefill.any():                          # what each request's prefills computed (its energy)
+            rows, n, c = ids[prefill], news[prefill], cached[prefill]
+            self.prefill_tokens[rows] += n
+            self.prefill_pairs[rows] += n * c + n * (n + 1) // 2
+        self._iteration_writes(i, t, ids, news, prefill, compute_ns)
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
@@ -1237,6 +1285,33 @@ class _Engine:
                 self.tier_read[self.base + v] += size
                 if self._transfer(self.base + v, size, X_ITER, i, t):
                     self.parts_left[i] += 1
+
+    def _iteration_writes(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
+                          compute_ns: float) -> None:
+        """The KV an iteration writes. Where it lives below HBM (a pool, a streamed tier) it crosses the link:
+        prefill chunks timed, as part of the iteration; decode appends counted. A prefill chunk computed in
+        HBM is written through to the tier below as it is computed, and the iteration ends when that write has
+        landed too (vLLM's KV connector: `wait_for_save` ends the forward pass), so that is its one charge."""
+        written = news * self.kvb
+        res = self.res[ids]
+        timed = np.zeros(self.T)
+        for v in np.unique(res).tolist():
+            rows = res == v
+            size = float(written[rows].sum())
+            self.tier_write[self.base + v] += size
+            if self.base + v > 0:
+                chunks = float(written[rows & prefill].sum())
+                timed[self.base + v] += chunks
+                self._count_written(self.base + v, i, size - chunks)
+        if self.base == 0 and self.T > 1:
+            through = float(written[(res == 0) & prefill].sum())
+            self.tier_write[1] += through
+            timed[1] += through
+            if through and self.pool_index == 1:       # the pool's DRAM takes it over the iteration
+                self.pool_bytes.add(t, t + compute_ns, through)
+        for tier in np.flatnonzero(timed).tolist():
+            if self._transfer(tier, float(timed[tier]), X_ITER_WRITE, i, t):
+                self.parts_left[i] += 1
 
     def _iteration_part_done(self, i: int, t: float) -> None:
         self.parts_left[i] -= 1
@@ -1257,6 +1332,7 @@ class _Engine:
         self.tokens_computed += int(news.sum())
         decoded = ids[~prefill]
         advanced = self._emitted(decoded, news[~prefill])
+        self._count_decoded(decoded, self.ctx[decoded], advanced)
         self.ctx[ids[prefill]] += news[prefill]
         self.ctx[decoded] += advanced
         self.out_done[decoded] += advanced
@@ -1281,6 +1357,12 @@ class _Engine:
                 if j != i:
                     self._schedule(j, t)
 
+    def _count_decoded(self, ids: np.ndarray, ctx: np.ndarray, kept: np.ndarray | int) -> None:
+        """Decode sequences `ids` at contexts `ctx` kept `kept` more tokens' KV (a step's accepted positions,
+        or a stretch's steps): tokens and attention pairs, each over the context before it (its energy)."""
+        self.decode_tokens[ids] += kept
+        self.decode_pairs[ids] += kept * ctx + kept * (kept + 1) // 2
+
     def _emitted(self, decoded: np.ndarray, verified: np.ndarray) -> np.ndarray:
         """Tokens each decode sequence emits: 1, or with speculation its accepted drafts plus the target's next
         token (archsim.serving.speculative), at most the positions it verified."""
@@ -1299,6 +1381,7 @@ class _Engine:
         return advanced
 
     def _prefill_done(self, i: int, r: int, t: float) -> None:
+        self.prefill_context[r] += self.target[r]
         v = int(self.res[r])
         nblocks = int(self.nheld[r])
         keys = self._seq_keys(r, nblocks)
@@ -1307,18 +1390,36 @@ class _Engine:
             self.first_ns[r] = t
             self.prefill_ns[r] = t - self.prefill_start[r]
             self.queueing_ns[r] = t - self.arrival[r] - self.kv_load_ns[r] - self.prefill_ns[r]
-        self._write_through(i, r, keys[:int(self.in_tokens[r] // self.bt)], t)
+        # the prefill's iterations wrote these blocks down as they computed them: now the tier below holds them
+        self._write_through(i, r, keys[:int(self.in_tokens[r] // self.bt)], t, written=True)
 
-    def _write_through(self, i: int, r: int, keys: np.ndarray, t: float) -> None:
-        """KV computed in HBM is also written to the tier below, so other instances and later turns hit it."""
+    def _write_through(self, i: int, r: int, keys: np.ndarray, t: float, written: bool = False) -> None:
+        """KV computed in HBM is also written to the tier below, so other instances and later turns hit it:
+        in the background (an answer's blocks), or `written` already (a prefill's, by its iterations)."""
         if self.base != 0 or self.res[r] != 0 or self.T < 2 or not len(keys):
             return
         lower = self.views[i].tiers[1]
         before = lower.counters.insertions
         self.views[i].insert_prefix(keys, 1)
+        if written:
+            return
         size = float((lower.counters.insertions - before) * self.block_bytes)
         self.tier_write[1] += size
         self._transfer(1, size, X_WRITE, r, t)
+
+    def _demoted(self, i: int, below: int) -> None:
+        """The prefix cache of instance i demoted a block into its view tier `below` (an evicted block no
+        slower tier held); the event's end times it (`_time_demotions`)."""
+        key = (i, self.base + below)
+        self.demoted[key] = self.demoted.get(key, 0) + 1
+
+    def _time_demotions(self, t: float) -> None:
+        """The blocks demoted in this event, written down each tier's link in the background."""
+        for (i, tier), blocks in sorted(self.demoted.items()):
+            size = float(blocks * self.block_bytes)
+            self.tier_write[tier] += size
+            self._transfer(tier, size, X_DEMOTE, i, t)
+        self.demoted.clear()
 
     def _complete(self, i: int, r: int, t: float) -> None:
         self.last_ns[r] = t
@@ -1348,14 +1449,15 @@ class _Engine:
         transfer whose end wakes `who`. False when there is nothing to move."""
         if size_bytes <= 0:
             return False
-        instance = who if what in (X_ITER, X_ITER_WRITE) else int(self.inst[who])
+        instance = who if what in OF_INSTANCE else int(self.inst[who])
         path = self._path(tier, instance)
-        if what in WRITES:           # the other direction: the same bandwidth and latency
+        write = what in WRITES
+        if write:                    # the other direction: the same latency, the tier's write rate
             path = tuple(self.write_link[name] for name in path)
         tid = self.links.start(path if self.servers > 1 else path[0], size_bytes, t)
         self.transfer_of[tid] = (what, who)
-        if what != X_WRITE:          # no sooner than alone on its path
-            heapq.heappush(self.wake_floor, (t + self._alone_ns(tier, instance, size_bytes), tid))
+        if what not in BACKGROUND:   # no sooner than alone on its path
+            heapq.heappush(self.wake_floor, (t + self._alone_ns(tier, instance, size_bytes, write=write), tid))
         name = path[0]
         if self.pool_bytes is not None and tier == self.pool_index and what not in (X_ITER, X_ITER_WRITE):
             self.pool_transfer[tid] = (t, size_bytes)    # an iteration's reads and writes count with it
@@ -1380,7 +1482,7 @@ class _Engine:
     def _recheck_links(self) -> None:
         self.link_version += 1
         nxt = self.links.next_completion()
-        self.quiet_next = nxt is not None and self.transfer_of[nxt[1]][0] == X_WRITE
+        self.quiet_next = nxt is not None and self.transfer_of[nxt[1]][0] in BACKGROUND
         if nxt is not None:
             heapq.heappush(self.link_heap, (nxt[0], EV_LINK, 0, self.link_version))
 
@@ -1409,7 +1511,8 @@ class _Engine:
                 return
             i = int(self.inst[who])
             if what == X_LOAD:
-                self.kv_load_ns[who] += t - self.load_start[who]
+                if np.isnan(self.first_ns[who]):      # TTFT's part (not the reload of a preempted sequence)
+                    self.kv_load_ns[who] += t - self.load_start[who]
                 keys = self._seq_keys(who, int(self.admit_cached[who]))
                 self.pending[i][int(self.res[who])].difference_update(keys.tolist())
             self.state[who] = RUNNING
@@ -1442,17 +1545,6 @@ class _Engine:
         tier_write = self.tier_write.copy()
         link_bytes = {name: self.links.counters(name).bytes_started + self.written_bytes[name]
                       + self.links.counters(self.write_link[name]).bytes_started for name in self.link_spec}
-        seen: set[int] = set()
-        for view in self.views:             # evicted blocks demoted to a lower tier cross its link (untimed)
-            for v, tier in enumerate(view.tiers):
-                if id(tier) in seen:
-                    continue
-                seen.add(id(tier))
-                t = self.base + v
-                moved = float(tier.counters.demotions_in * self.block_bytes)
-                if moved and self.link_of_tier[t] is not None:
-                    tier_write[t] += moved
-                    link_bytes[self.link_of_tier[t]] += moved
         stats = []
         for view in self.views:
             stats.extend(s for s in view.stats() if s["name"] not in {x["name"] for x in stats})
@@ -1480,7 +1572,10 @@ class _Engine:
             verifier_passes=self.verifier_passes, verifier_only_passes=self.verifier_only_passes,
             verifier_rows=self.table.verifier,
             pool_decode_tokens=(self.pool_decode_tokens, self.pool_decode_fetched),
-            kv_fetched_bytes=self._kv_fetched_bytes())
+            kv_fetched_bytes=self._kv_fetched_bytes(), prefill_tokens=self.prefill_tokens.copy(),
+            prefill_pairs=self.prefill_pairs.copy(), prefill_context=self.prefill_context.copy(),
+            decode_tokens=self.decode_tokens.copy(), decode_pairs=self.decode_pairs.copy(),
+            swap_recomputes=self.swap_recomputes)
 
     def _kv_fetched_bytes(self) -> float:
         """KV the decode and verification attention fetched from where it lives: HBM reads every sequence's

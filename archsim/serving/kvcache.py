@@ -54,9 +54,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
-from itertools import compress, filterfalse, repeat
+from itertools import compress, filterfalse, islice, repeat
 
 import numpy as np
 
@@ -173,6 +173,7 @@ class TieredPrefixCache:
             raise ValueError("a tier appears twice in one cache")
         self.tiers = tiers
         self.demote = demote
+        self.on_demote: Callable[[int], None] | None = None  # told the tier index of each block demoted into it
 
     # -- queries -------------------------------------------------------------------------------------------
 
@@ -209,6 +210,19 @@ class TieredPrefixCache:
         """How many distinct blocks of `keys` the tier does not hold (an insert would have to write)."""
         t = self.tiers[tier]
         return sum(1 for k in _distinct(keys) if k not in t)
+
+    def first_demotion(self, tier: int, new_blocks: int) -> int | None:
+        """Inserting `new_blocks` blocks the tier does not hold, one after the other: the index of the first
+        whose eviction demotes a block (one no slower tier holds) to the tier below; None if none would."""
+        t = self.tiers[tier]
+        if t.unbounded or not self.demote or tier + 1 == self.n_tiers:
+            return None
+        free = t.capacity_blocks - len(t)
+        below = self.tiers[tier + 1:]
+        for k, key in enumerate(islice(t._lru, max(0, new_blocks - free))):   # the victims, in LRU order
+            if not any(key in b for b in below):
+                return free + k
+        return None
 
     def can_insert(self, keys: np.ndarray, tier: int) -> bool:
         """Whether insert(keys, tier) (or a promote of them) would succeed now."""
@@ -417,6 +431,8 @@ class TieredPrefixCache:
         b._lru[key] = None
         t.counters.demotions_out += 1
         b.counters.demotions_in += 1
+        if self.on_demote is not None:
+            self.on_demote(below)
         if victim is not None:
             self._evicted(below, victim)
 

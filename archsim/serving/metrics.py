@@ -73,6 +73,8 @@ def summarize(result: ServingResult, *, warmup_requests: int = 0, ttft_target_ns
         "events_per_s": float(result.events / result.wall_s) if result.wall_s > 0 else None,
         "mean_in_flight": float(result.mean_inflight),
         **_servers(result, ids),
+        # swap asked, but a preempted sequence's KV lived in the last tier (streamed, or placed in the pool)
+        **({"preemptions_recomputed": result.swap_recomputes} if result.spec.preemption == "swap" else {}),
     }
 
 

@@ -67,9 +67,14 @@ def _ttft_by_turn(run: SystemRun, table: RequestTable) -> dict[int, float]:
     return out
 
 
+# the breakdown terms a metric is made of: the largest difference is named among these only
+TERMS_OF = {"ttft_ms": ("queueing", "kv_load", "prefill"), "tpot_ms": ("decode",),
+            "e2e_ms": ("queueing", "kv_load", "prefill", "decode")}
+
+
 def _explain(runs: dict[str, SystemRun], key: str) -> str:
     """The run's own account: each system's mean TTFT split (queueing, KV load, prefill), decode time, hit
-    rate per tier; and which term differs most between the first two systems."""
+    rate per tier; and which of the terms `key` is made of (TERMS_OF) differs most between the first two."""
     parts = []
     for name, run in runs.items():
         b = _breakdown(run)
@@ -79,7 +84,7 @@ def _explain(runs: dict[str, SystemRun], key: str) -> str:
                      f"{_ms(b.get('prefill'))}, decode {_ms(b.get('decode'))}; hits {hit or 'none'}")
     names = list(runs)
     a, b = _breakdown(runs[names[0]]), _breakdown(runs[names[1]])
-    terms = [t for t in ("queueing", "kv_load", "prefill", "decode") if a.get(t) is not None and b.get(t) is not None]
+    terms = [t for t in TERMS_OF[key] if a.get(t) is not None and b.get(t) is not None]
     if terms:
         top = max(terms, key=lambda t: abs(a[t] - b[t]))
         parts.append(f"the largest difference is {top.replace('_', ' ')}")

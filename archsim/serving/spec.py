@@ -35,6 +35,18 @@ class TierSpec:
     compute: str              # pnm|none
     # several servers: link_GBps is the pool side every server shares, this each server's own port onto it
     server_link_GBps: float = 0.0
+    # the direction away from the GPUs (writes into the tier), when it differs (an SSD writes slower than it
+    # reads); 0: as fast as link_GBps (server_link_GBps)
+    write_GBps: float = 0.0
+    server_write_GBps: float = 0.0
+
+    @property
+    def write_link_GBps(self) -> float:
+        return self.write_GBps or self.link_GBps
+
+    @property
+    def server_write_link_GBps(self) -> float:
+        return self.server_write_GBps or self.server_link_GBps
 
 
 @dataclass(frozen=True)
@@ -109,6 +121,10 @@ def validate(spec: ServingSpec) -> None:
          f"KV can live in tier {home.name!r} only if it computes attention (compute: pnm)")
     need(spec.decode == "load" or len(spec.tiers) > spec.kv_home + 1, "system.kv.decode",
          "stream needs a tier below the KV home to stream from")
+    lives = spec.kv_home + (spec.decode == "stream")   # where running sequences' KV is (auto: HBM, or the pool)
+    need(spec.preemption != "swap" or lives + 1 < len(spec.tiers) or spec.placement == "auto",
+         "system.serving.preemption", f"swap moves a preempted sequence's KV to the tier below "
+         f"{spec.tiers[min(lives, len(spec.tiers) - 1)].name}, and the system has none (use recompute)")
     need(spec.servers >= 1 and spec.instances % spec.servers == 0, "system.servers",
          f"{spec.instances} instances do not split evenly over {spec.servers} servers")
     for t, tier in enumerate(spec.tiers[1:], start=1):

@@ -212,7 +212,7 @@ def apply_system_overrides(tree: Any, overrides: tuple[str, ...] | list[str], fi
             continue
         dotted, sep, text = assignment.strip().partition("=")
         if not sep:
-            raise ConfigError(f"override {assignment!r} is not of the form dotted.key=value", file=file)
+            raise ConfigError(f"{assignment!r} is not of the form dotted.key=value", where="--set")
         pool = tree.get("system", {}).get("pool") if isinstance(tree.get("system"), dict) else None
         if not isinstance(pool, dict):
             raise ConfigError("no such config path (the system has no pool)", file=file, where="system.pool")

@@ -414,7 +414,7 @@ def trace_from_scenario(scenario: str, output: str, n_requests: int | None, dura
     from archsim.outputs import OutputPlan
     from archsim.serving.mooncake import mooncake_jsonl
     from archsim.serving.scenario import load_scenario
-    from archsim.units import parse_time_ns
+    from archsim.units import parse_time_option_ns
 
     outputs = OutputPlan()
     outputs.add(output, "--output")
@@ -423,7 +423,7 @@ def trace_from_scenario(scenario: str, output: str, n_requests: int | None, dura
         raise ConfigError(f"{bad[0]!r}: only scenario.* values can be set here", where="--set")
     if (n_requests is None) == (duration is None):
         raise ConfigError("give exactly one of --requests or --duration", where="--requests")
-    duration_ns = None if duration is None else parse_time_ns(duration, "--duration")
+    duration_ns = None if duration is None else parse_time_option_ns(duration, "--duration")
     table = load_scenario(scenario, overrides).requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
                                                         block_tokens=hash_block_tokens)
     data = mooncake_jsonl(table)
