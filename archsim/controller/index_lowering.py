@@ -37,10 +37,19 @@ from archsim.controller.codes import FLAT_ARRAYS
 from archsim.jit import njit
 
 
+def _constant(node: ast.expr) -> bool:
+    """A literal, a module constant (the kernel's CAPITALIZED codes) or arithmetic of them: LLVM folds it, and its
+    negative-index test with it."""
+    if isinstance(node, ast.Constant) or (isinstance(node, ast.Name) and node.id.isupper()):
+        return True
+    return isinstance(node, ast.BinOp) and _constant(node.left) and _constant(node.right)
+
+
 def _as_unsigned(index: ast.expr) -> ast.expr:
-    """`index` cast to uint64, unless numba already folds it: a slice, a literal, or a module constant (the
-    kernel's CAPITALIZED codes)."""
-    if isinstance(index, (ast.Slice, ast.Constant)) or (isinstance(index, ast.Name) and index.id.isupper()):
+    """`index` cast to uint64, unless numba already folds it: a slice or a constant (`_constant`); a cast is a
+    call numba types and lowers at every site (the generated `apply_command` indexes its gap table with constants
+    at a hundred)."""
+    if isinstance(index, ast.Slice) or _constant(index):
         return index
     cast = ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="uint64", ctx=ast.Load())
     return ast.copy_location(ast.Call(func=cast, args=[index], keywords=[]), index)
