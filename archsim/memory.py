@@ -168,6 +168,19 @@ def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: st
     return address
 
 
+def request_fields(cfg: MemoryConfig, address: np.ndarray) -> dict[str, np.ndarray]:
+    """What the kernel reads of each request, from its address: pseudo-channel, bank within it, row, the address
+    as int64, global bank, global bank group and global rank (`RequestArrays`)."""
+    org = cfg.organization
+    address = np.asarray(address, dtype=np.uint64)
+    dec = cfg.mapping.decode(address)
+    pc = dec.flat_pseudo_channel(org)
+    bank = dec.bank_in_pseudo_channel(org)
+    rank = pc * org.ranks + dec.rank
+    return {"pc": pc, "bank": bank, "row": dec.row, "addr": address.astype(np.int64),
+            "gb": pc * org.banks_per_pseudo_channel + bank, "bgf": rank * org.bankgroups + dec.bankgroup, "rf": rank}
+
+
 class MemorySession:
     """The memory as a resumable simulation: addresses are known up front, release times may come later.
 
@@ -254,22 +267,11 @@ class MemorySession:
         """
         if first < self.released:
             raise ValueError(f"cannot rebind requests below {self.released}: they are released")
-        org = self.cfg.organization
         address = np.asarray(address, dtype=np.uint64)
         self.requests.address[first:last] = address
         self.requests.is_write[first:last] = np.asarray(is_write, dtype=np.uint8)
-        dec = self.cfg.mapping.decode(address)
-        pc = dec.flat_pseudo_channel(org)
-        bank = dec.bank_in_pseudo_channel(org)
-        rank = pc * org.ranks + dec.rank
-        d = self._derived
-        d["pc"][first:last] = pc
-        d["bank"][first:last] = bank
-        d["row"][first:last] = dec.row
-        d["addr"][first:last] = address.astype(np.int64)
-        d["gb"][first:last] = pc * org.banks_per_pseudo_channel + bank
-        d["bgf"][first:last] = rank * org.bankgroups + dec.bankgroup
-        d["rf"][first:last] = rank
+        for name, values in request_fields(self.cfg, address).items():
+            self._derived[name][first:last] = values
 
     def release(self, first: int, last: int, cycle: int | np.ndarray) -> None:
         """Requests [first, last) may be injected from `cycle` on (a scalar or one cycle per request)."""

@@ -113,27 +113,19 @@ class RunFigures:
 
 class MemoryStatsAccumulator:
     """The per-request side of the stats tree, folded chunk by chunk (any split of the requests gives the same
-    figures): counts by class, kind, channel, port and bank, exact sums, and exact latency histograms."""
+    figures): counts by bank, port, kind, class and bank conflict (every count of the tree is a sum of these),
+    exact latency sums and exact latency histograms."""
 
     def __init__(self, cfg: MemoryConfig) -> None:
         org = cfg.organization
         self.cfg = cfg
-        self.n = 0
-        self.writes = 0
-        self.klass = np.zeros(4, dtype=np.int64)  # hit, miss, conflict, forwarded
-        self.bank_conflicts = 0
+        # requests by [global bank, port, write?, class + 1 (-1 none, hit, miss, conflict, forwarded), bank conflict?]
+        self.counts = np.zeros((org.n_banks, len(SOURCES), 2, 5, 2), dtype=np.int64)
         self.injection_stall = 0
         self.read_latency = IntHistogram()  # acceptance to data
         self.read_total_latency = IntHistogram()  # trace timestamp to data
         self.source_latency = [IntHistogram() for _ in SOURCES]
-        n_ch, n_src = org.n_channels, len(SOURCES)
-        # per channel and per port: requests, reads, writes, not forwarded (data on the DRAM bus), row hits, and
-        # served by the DRAM with a class (hit, miss, conflict); per channel the reads' latency sum
-        self.channel = np.zeros((n_ch, 6), dtype=np.int64)
-        self.channel_latency = [0] * n_ch
-        self.source = np.zeros((n_src, 6), dtype=np.int64)
-        bpp = org.banks_per_pseudo_channel
-        self.banks = np.zeros((3, org.n_pseudo_channels * bpp), dtype=np.int64)  # misses, conflicts, bank conflicts
+        self.channel_latency = [0] * org.n_channels  # reads' latency sum per channel
 
     def add(self, *, timestamp_cycles: np.ndarray, source: np.ndarray, is_write: np.ndarray,
             pseudo_channel: np.ndarray, global_bank: np.ndarray, accept_cycle: np.ndarray, done_cycle: np.ndarray,
@@ -141,32 +133,47 @@ class MemoryStatsAccumulator:
         """Fold done requests (any order, any split): their port, kind, pseudo-channel, bank (pseudo-channel x banks
         per pseudo-channel + bank), acceptance and done cycles, class and bank conflict."""
         org = self.cfg.organization
-        klass = np.asarray(request_class, dtype=np.int64)
-        is_w = np.asarray(is_write).astype(bool)
-        reads = ~is_w
-        latency = np.asarray(done_cycle, np.int64) - np.asarray(accept_cycle, np.int64)
-        self.n += int(klass.size)
-        self.writes += int(is_w.sum())
-        self.klass += np.bincount(klass[klass >= 0], minlength=4)[:4]
-        conflict = np.asarray(bank_conflict).astype(bool)
-        self.bank_conflicts += int(conflict.sum())
-        self.injection_stall += exact_sum(np.asarray(accept_cycle, np.int64) - np.asarray(timestamp_cycles, np.int64))
-        self.read_latency.add(latency[reads])
-        self.read_total_latency.add((np.asarray(done_cycle, np.int64) - np.asarray(timestamp_cycles, np.int64))[reads])
+        write = np.asarray(is_write, dtype=np.int64) != 0
         src = np.asarray(source, dtype=np.int64)
+        key = np.asarray(global_bank, dtype=np.int64) * len(SOURCES) + src
+        key = ((key * 2 + write) * 5 + (np.asarray(request_class, dtype=np.int64) + 1)) * 2 + (
+            np.asarray(bank_conflict) != 0)
+        self.counts += np.bincount(key, minlength=self.counts.size).reshape(self.counts.shape)
+        accept, done = np.asarray(accept_cycle, np.int64), np.asarray(done_cycle, np.int64)
+        trace_ts = np.asarray(timestamp_cycles, np.int64)
+        self.injection_stall += exact_sum(accept - trace_ts)
+        reads = ~write
+        latency = (done - accept)[reads]
+        self.read_latency.add(latency)
+        self.read_total_latency.add((done - trace_ts)[reads])
+        read_src = src[reads]
         for code in range(len(SOURCES)):
-            self.source_latency[code].add(latency[reads & (src == code)])
-        channel = np.asarray(pseudo_channel, dtype=np.int64) // org.pseudo_channels
-        columns = (np.ones_like(is_w), reads, is_w, klass != 3, klass == 0, (klass >= 0) & (klass <= 2))
-        for table, key in ((self.channel, channel), (self.source, src)):
-            for column, selected in enumerate(columns):
-                table[:, column] += np.bincount(key[selected], minlength=table.shape[0])
-        for ch in np.unique(channel[reads]).tolist():
-            self.channel_latency[ch] += exact_sum(latency[reads & (channel == ch)])
-        gb = np.asarray(global_bank, dtype=np.int64)
-        size = self.banks.shape[1]
-        for row, selected in enumerate((klass == 1, klass == 2, conflict)):
-            self.banks[row] += np.bincount(gb[selected], minlength=size)
+            self.source_latency[code].add(latency[read_src == code])
+        channel = np.asarray(pseudo_channel, dtype=np.int64)[reads] // org.pseudo_channels
+        if latency.size and int(np.abs(latency).max()) * latency.size < 2**53:  # float64 weights sum exactly
+            sums = np.bincount(channel, weights=latency, minlength=org.n_channels)
+            for ch in np.flatnonzero(sums).tolist():
+                self.channel_latency[ch] += int(sums[ch])
+        else:
+            for ch in np.unique(channel).tolist():
+                self.channel_latency[ch] += exact_sum(latency[channel == ch])
+
+    def by(self, axis: str) -> np.ndarray:
+        """Counts per channel or per port: [key, write?, class + 1]."""
+        org = self.cfg.organization
+        per_bank = self.counts.sum(axis=4)  # [bank, port, write, class]
+        if axis == "port":
+            return per_bank.sum(axis=0)
+        per_channel = per_bank.sum(axis=1).reshape(org.n_channels, -1, 2, 5)
+        return per_channel.sum(axis=1)
+
+    wants_commands = False  # as a streaming replay's sink (archsim/replay_stream.py): requests only
+
+    def retire(self, fields: dict[str, np.ndarray]) -> None:
+        """Fold the done requests a streaming replay hands over (`replay_stream.Sink`)."""
+        self.add(timestamp_cycles=fields["trace_ts"], source=fields["src"], is_write=fields["write"],
+                 pseudo_channel=fields["pc"], global_bank=fields["gb"], accept_cycle=fields["accept"],
+                 done_cycle=fields["done"], request_class=fields["klass"], bank_conflict=fields["conflict"])
 
     def add_result(self, result: ReplayResult) -> None:
         """Fold every request of a whole replay."""
@@ -204,7 +211,6 @@ def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bo
     """The `archsim.stats/1` tree of a replay from its folded requests and its run figures."""
     cfg = acc.cfg
     org, timing = cfg.organization, cfg.timing
-    n = acc.n
     tck = timing.tCK_ns
     cycles = max(1, run.total_cycles)
     time_ns = cycles * tck
@@ -213,13 +219,23 @@ def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bo
     bytes_read = int(counts[RD] + counts[RDA]) * access
     bytes_written = int(counts[WR] + counts[WRA]) * access
     dram_bw = (bytes_read + bytes_written) / time_ns
-    bw = n * access / time_ns
     peak = peak_bandwidth_GBps(org, timing)
     lat_cycles = _summary(acc.read_latency)
-    klass = acc.klass
+    total = acc.counts.sum(axis=(0, 1, 4))  # [write, class + 1]
+    klass = total.sum(axis=0)[1:]  # hit, miss, conflict, forwarded
+    n = int(total.sum())
+    writes = int(total[1].sum())
+    bw = n * access / time_ns
+
+    def figures(table: np.ndarray) -> tuple[int, int, int, int, int, int]:
+        """From [write?, class + 1]: requests, reads, writes, with data on the DRAM bus (not forwarded), row hits,
+        served by the DRAM (hit, miss or conflict)."""
+        return (int(table.sum()), int(table[0].sum()), int(table[1].sum()), int(table.sum() - table[:, 4].sum()),
+                int(table[:, 1].sum()), int(table[:, 1:4].sum()))
+
     channels: dict[str, Any] = {}
-    for ch in range(org.n_channels):
-        requests, reads, _writes, served, hits, dram = (int(v) for v in acc.channel[ch])
+    for ch, table in enumerate(acc.by("channel")):
+        requests, reads, _writes, served, hits, dram = figures(table)
         channels[str(ch)] = {
             "requests": requests,
             "bandwidth_GBps": round(float(served * access) / time_ns, 6),
@@ -227,18 +243,19 @@ def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bo
             "read_latency_cycles_mean": round(float(acc.channel_latency[ch]) / reads, 6) if reads else 0.0,
         }
     sources: dict[str, Any] = {}
-    for code, name in enumerate(SOURCES):
-        requests, reads, writes, served, hits, dram = (int(v) for v in acc.source[code])
-        sources[name] = {
+    for code, table in enumerate(acc.by("port")):
+        requests, reads, writes_, served, hits, dram = figures(table)
+        sources[SOURCES[code]] = {
             "requests": requests,
             "reads": reads,
-            "writes": writes,
+            "writes": writes_,
             "bandwidth_GBps": round(float(served * access) / time_ns, 6),
             "row_hit_rate": _hit_rate(hits, dram),
             "read_latency_cycles": _summary(acc.source_latency[code], ("mean", "p50", "p99")),
         }
     wall = 0.0 if reproducible else round(run.wall_s, 6)
     bpp = org.banks_per_pseudo_channel
+    per_bank = acc.counts.sum(axis=(1, 2, 4))  # [bank, class + 1]
     qos = run.qos_counts
     return {
         "schema": SCHEMA,
@@ -255,8 +272,8 @@ def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bo
             "standard": cfg.standard,
             "tCK_ns": tck,
             "access_bytes": access,
-            "reads": n - acc.writes,
-            "writes": acc.writes,
+            "reads": n - writes,
+            "writes": writes,
             "bytes_read": bytes_read,
             "bytes_written": bytes_written,
             "bandwidth_GBps": round(bw, 6),
@@ -273,10 +290,11 @@ def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bo
             "row_conflicts": int(klass[2]),
             "row_hit_rate": _hit_rate(int(klass[0]), int(klass[:3].sum())),
             "forwarded": int(klass[3]),
-            "bank_conflicts": acc.bank_conflicts,
+            "bank_conflicts": int(acc.counts[..., 1].sum()),
             "commands": {name: int(counts[code]) for code, name in enumerate(COMMAND_NAMES)},
-            "banks": {name: acc.banks[row].reshape(-1, bpp).tolist()
-                      for row, name in enumerate(("row_misses", "row_conflicts", "bank_conflicts"))},
+            "banks": {"row_misses": per_bank[:, 2].reshape(-1, bpp).tolist(),
+                      "row_conflicts": per_bank[:, 3].reshape(-1, bpp).tolist(),
+                      "bank_conflicts": acc.counts[..., 1].sum(axis=(1, 2, 3)).reshape(-1, bpp).tolist()},
             "channels": channels,
             "sources": sources,
             "qos": {
