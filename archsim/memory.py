@@ -155,15 +155,18 @@ def _initial_refresh_due(cfg: MemoryConfig) -> np.ndarray:
     return due
 
 
-def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: str | None) -> np.ndarray:
+def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: str | None,
+                    first: int = 0) -> np.ndarray:
+    """The addresses if all are within the memory; folded into it with `wrap`; else an error naming the first
+    beyond it (the addresses are requests `first`.. of the trace)."""
     capacity = cfg.organization.capacity_bytes
     over = np.nonzero(address >= np.uint64(capacity))[0]
     if over.size:
         if not wrap:
-            first = int(over[0])
-            raise TraceError(f"address {int(address[first]):#x} is beyond the memory's capacity "
+            k = int(over[0])
+            raise TraceError(f"address {int(address[k]):#x} is beyond the memory's capacity "
                              f"of {capacity:#x} bytes (pass --wrap to fold addresses into range)",
-                             file=file, where=f"request {first}")
+                             file=file, where=f"request {first + k}")
         address = address % np.uint64(capacity)
     return address
 

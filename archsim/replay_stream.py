@@ -24,6 +24,7 @@ rare does not make the other port's requests pile up in the window.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,9 +41,9 @@ from archsim.dram.timing_table import compile_timing_table
 from archsim.errors import EMPTY_TRACE, TraceError
 from archsim.kernel_cache import _PREPARED, describe_variant, prepare_kernel
 from archsim.memory import _kernel_state, _log_arrays, kernel_params, kernel_variant, request_fields
+from archsim.trace.stream import BATCH_REQUESTS, ArraySource, Batch, RequestSource
 
 WINDOW_REQUESTS = 1 << 18
-BATCH_REQUESTS = 1 << 18  # requests a source hands over at a time
 
 # the window's arrays per slot: dtype and the value of a slot before its request is injected
 _SLOT_ARRAYS: dict[str, tuple[type, int]] = {
@@ -58,50 +59,10 @@ _OUTCOMES = ("accept", "ready", "done", "klass", "conflict")
 _KERNEL_WRITES = (*_OUTCOMES, "bnext", "bprev")  # the per-slot arrays a kernel call changes
 
 
-@dataclass(frozen=True)
-class Batch:
-    """Requests in trace order: their index in the trace, timestamp, address, direction and port."""
-
-    position: np.ndarray  # int64
-    timestamp_cycles: np.ndarray  # int64
-    address: np.ndarray  # uint64
-    is_write: np.ndarray  # uint8
-    source: np.ndarray  # uint8
-
-    def __len__(self) -> int:
-        return int(self.position.shape[0])
-
-    def select(self, which: slice | np.ndarray) -> Batch:
-        return Batch(self.position[which], self.timestamp_cycles[which], self.address[which],
-                     self.is_write[which], self.source[which])
-
-
-class RequestSource(Protocol):
-    """A physical trace read in batches: `open(port)` is a fresh pass over the requests of one port (0 host,
-    1 PNM), in trace order; `ports` the ports that may have any; `requests` the count if known up front."""
-
-    ports: tuple[int, ...]
-    requests: int | None
-
-    def open(self, port: int) -> Iterator[Batch]: ...
-
-
-class ArraySource:
-    """Requests already in memory (`memory.Requests`), handed over in batches."""
-
-    def __init__(self, requests: Any, batch_requests: int = BATCH_REQUESTS) -> None:
-        self.r = requests
-        self.requests = len(requests)
-        self.ports = tuple(int(p) for p in np.unique(requests.source))
-        self.batch_requests = batch_requests
-
-    def open(self, port: int) -> Iterator[Batch]:
-        r = self.r
-        for first in range(0, self.requests, self.batch_requests):
-            last = min(self.requests, first + self.batch_requests)
-            mine = np.flatnonzero(r.source[first:last] == port)
-            yield Batch(mine.astype(np.int64) + first, r.timestamp_cycles[first:last][mine],
-                        r.address[first:last][mine], r.is_write[first:last][mine], r.source[first:last][mine])
+def requests_source(requests: Any, batch_requests: int = BATCH_REQUESTS) -> ArraySource:
+    """`memory.Requests` as a streaming source."""
+    return ArraySource(requests.timestamp_cycles, requests.address, requests.is_write, requests.source,
+                       batch_requests)
 
 
 class _PortFeed:
@@ -471,3 +432,89 @@ def _through(remap: np.ndarray, indices: np.ndarray) -> np.ndarray:
     if (out < 0).any():
         raise RuntimeError("streaming replay: the kernel keeps a request that had left every queue")
     return out
+
+
+class CommandCollector:
+    """A sink keeping the whole command log (the protocol checker reads it whole): about 25 bytes a command."""
+
+    wants_commands = True
+
+    def __init__(self) -> None:
+        self.parts: list[CommandLog] = []
+
+    def retire(self, fields: dict[str, np.ndarray]) -> None:
+        pass
+
+    def commands(self, log: CommandLog) -> None:
+        self.parts.append(log)
+
+    def log(self) -> CommandLog:
+        if not self.parts:
+            return CommandLog(*(np.zeros(0, dtype=d) for d in (np.int64, np.int8, np.int32, np.int32, np.int64)))
+        return CommandLog(*(np.concatenate([getattr(p, f.name) for p in self.parts])
+                            for f in dataclasses.fields(CommandLog)))
+
+
+@dataclass
+class FileReplay:
+    """A streaming replay of a trace file: its figures, and how many requests `--sort` moved (None: not sorted)."""
+
+    run: StreamResult
+    moved: int | None
+
+
+def replay_file(cfg: MemoryConfig, path: str, fmt: str, sinks: list[Sink], *, sort: bool = False,
+                wrap: bool = False, progress: bool = False, window_requests: int | None = None,
+                on_sorted: Callable[[int, int], None] | None = None) -> FileReplay:
+    """Replay the trace at `path` streaming (its batches through `StreamingReplay` into `sinks`); with `sort`
+    the trace is read whole and sorted first (`on_sorted(moved, requests)` is told before the run)."""
+    from archsim.memory import check_addresses
+    from archsim.progress import progress_bar
+    from archsim.trace.stream import open_source, sorted_source
+
+    def check(address: np.ndarray, first: int) -> np.ndarray:
+        return check_addresses(cfg, address, wrap, path, first)
+
+    moved = None
+    if sort:
+        source, moved = sorted_source(path, fmt, check)
+        if on_sorted is not None:
+            on_sorted(moved, source.requests)
+    else:
+        source, _fmt = open_source(path, fmt, check)
+    with progress_bar(source.requests, "req", "replay", quiet=not progress) as bar:
+        run = StreamingReplay(cfg, source, sinks, window_requests=window_requests or WINDOW_REQUESTS,
+                              progress=bar.update).run()
+    return FileReplay(run, moved)
+
+
+@dataclass(frozen=True)
+class ReplayRecord:
+    """What a timeline reads of a replay (`report.timeline.replay_timeline`), as `memory.ReplayResult` has it."""
+
+    config: MemoryConfig
+    command_log: CommandLog
+    total_cycles: int
+    pseudo_channel: np.ndarray
+    accept_cycle: np.ndarray
+    done_cycle: np.ndarray
+
+
+class RequestCollector:
+    """A sink keeping every request's pseudo-channel, acceptance and done cycles (24 bytes a request)."""
+
+    wants_commands = False
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def retire(self, fields: dict[str, np.ndarray]) -> None:
+        self.parts.append((fields["pos"], fields["pc"], fields["accept"], fields["done"]))
+
+    def commands(self, log: CommandLog) -> None:
+        pass
+
+    def record(self, cfg: MemoryConfig, log: CommandLog, total_cycles: int) -> ReplayRecord:
+        pos, pc, accept, done = (np.concatenate(c) for c in zip(*self.parts, strict=True))
+        order = np.argsort(pos, kind="stable")
+        return ReplayRecord(cfg, log, total_cycles, pc[order], accept[order], done[order])

@@ -8,7 +8,7 @@ import pytest
 
 from archsim.dram.commands import CommandLog
 from archsim.memory import Requests, replay
-from archsim.replay_stream import ArraySource, StreamingReplay
+from archsim.replay_stream import StreamingReplay, requests_source
 from archsim.report.memory_stats import MemoryStatsAccumulator, RunFigures, memory_stats, stats_tree
 from scripts.make_golden import GENERATORS, cases, memory_config
 from tests.conftest import config, tiered
@@ -44,7 +44,7 @@ class Collect:
 def assert_stream_equals_replay(cfg, requests: Requests, window: int, batch: int = 97):
     reference = replay(cfg, requests, command_log=True)
     collect, stats = Collect(len(requests)), MemoryStatsAccumulator(cfg)
-    result = StreamingReplay(cfg, ArraySource(requests, batch), [collect, stats], window_requests=window).run()
+    result = StreamingReplay(cfg, requests_source(requests, batch), [collect, stats], window_requests=window).run()
     assert collect.retired == result.requests == len(requests)
     for name, whole in (("done", reference.done_cycle), ("accept", reference.accept_cycle),
                         ("klass", reference.request_class), ("conflict", reference.bank_conflict),
@@ -118,6 +118,57 @@ def test_the_window_stays_bounded_on_a_long_paced_trace():
     ab = cfg.organization.access_bytes
     requests = Requests.build(np.arange(n) // 2, (rng.integers(0, 2**22, n) * ab).astype(np.uint64),
                               rng.random(n) < 0.3)
-    result = StreamingReplay(cfg, ArraySource(requests, 1000), [MemoryStatsAccumulator(cfg)],
+    result = StreamingReplay(cfg, requests_source(requests, 1000), [MemoryStatsAccumulator(cfg)],
                              window_requests=512).run()
     assert result.requests == n and result.window_slots < 2_000
+
+
+def _whole_trace_outputs(trace: str, memory: str, window, overrides=()) -> tuple[bytes, bytes]:
+    """What `archsim replay --check --timeline` wrote before it streamed: the trace read whole, replayed whole."""
+    from archsim.config.memory import load_memory_config
+    from archsim.dram.checker import check_command_log
+    from archsim.report.timeline import replay_timeline
+    from archsim.trace.text_formats import read_trace
+
+    cfg = load_memory_config(memory, list(overrides))
+    physical = read_trace(trace)
+    result = replay(cfg, Requests.build(physical.timestamp_cycles, physical.address, physical.is_write,
+                                        physical.source), command_log=True)
+    stats = memory_stats(result, reproducible=True)
+    verdict = check_command_log(result.command_log, cfg.organization, cfg.timing,
+                                refresh_mode=cfg.controller.refresh.impl)
+    stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
+    return stats, replay_timeline(result, window, source=trace)
+
+
+@pytest.mark.system
+@pytest.mark.parametrize(("trace", "memory", "window_text"), [
+    ("traces/stream_hbm2.trace", "configs/memory/hbm2.yaml", None),
+    ("traces/kv_decode_hbm3.npz", "configs/memory/hbm3.yaml", "2us:9us"),
+])
+def test_the_replay_command_writes_what_the_whole_trace_replay_did(tmp_path, monkeypatch, trace, memory,
+                                                                    window_text):
+    import json
+
+    from click.testing import CliRunner
+
+    import archsim.replay_stream
+    from archsim.cli import main
+    from archsim.report.output import write_json
+    from archsim.report.timeline import parse_window
+    from tests.conftest import REPO
+
+    monkeypatch.setattr(archsim.replay_stream, "WINDOW_REQUESTS", 256)
+    trace_path, memory_path = str(REPO / trace), str(REPO / memory)
+    args = ["replay", trace_path, "--memory", memory_path, "--reproducible", "--check", "--quiet",
+            "--json", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json")]
+    if window_text:
+        args += ["--timeline-window", window_text]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    stats, timeline = _whole_trace_outputs(trace_path, memory_path, parse_window(window_text, timeline="t"))
+    write_json(tmp_path / "whole.json", stats)
+    timeline.write(tmp_path / "whole_t.json")
+    assert (tmp_path / "s.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
+    assert (tmp_path / "t.json").read_bytes() == (tmp_path / "whole_t.json").read_bytes()
+    assert json.loads((tmp_path / "s.json").read_text())["checker"]["violations"] == 0

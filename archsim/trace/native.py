@@ -76,6 +76,15 @@ def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address:
     atomic_write_bytes(path, lambda handle: np.savez_compressed(handle, **payload), suffix=".npz")
 
 
+def check_meta(meta: dict[str, Any], file: str) -> None:
+    """The header's schema and version are ones this archsim reads."""
+    if meta.get("schema") != SCHEMA:
+        raise TraceError(f"schema {meta.get('schema')!r} is not {SCHEMA!r}", file=file)
+    if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
+        raise TraceError(f"trace version {meta.get('version')} is newer than this archsim reads ({VERSION})",
+                         file=file)
+
+
 def load_physical_trace(path: str | Path) -> PhysicalTrace:
     path = check_input(path, TraceError)
     file = str(path)
@@ -103,11 +112,7 @@ def load_physical_trace(path: str | Path) -> PhysicalTrace:
     except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError,
             UnicodeDecodeError) as exc:
         raise TraceError(f"truncated or corrupted native trace ({type(exc).__name__}: {exc})", file=file) from None
-    if meta.get("schema") != SCHEMA:
-        raise TraceError(f"schema {meta.get('schema')!r} is not {SCHEMA!r}", file=file)
-    if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
-        raise TraceError(f"trace version {meta.get('version')} is newer than this archsim reads ({VERSION})",
-                         file=file)
+    check_meta(meta, file)
     lengths = {len(c) for c in columns.values()}
     if len(lengths) != 1 or lengths.pop() != meta.get("requests"):
         raise TraceError("column lengths disagree with the header's request count (truncated?)", file=file)
