@@ -159,15 +159,15 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
            timeline_window: str | None, timeline_requests: int | None) -> None:
     """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats.
 
-    The trace streams through the simulation in chunks (memory stays bounded whatever its length); --sort reads
-    it whole to sort it (about 18 bytes a request), and --check and a --timeline without a window keep the
-    command log (about 25 bytes a command)."""
+    The trace streams through the simulation in chunks: memory stays bounded whatever its length. --sort reads
+    it whole to sort it (about 18 bytes a request), and a --timeline without an end keeps the run's commands."""
     from archsim.config.memory import load_memory_config
+    from archsim.dram.checker_stream import StreamingChecker
     from archsim.outputs import OutputPlan
-    from archsim.replay_stream import CommandCollector, RequestCollector, replay_file
+    from archsim.replay_stream import replay_file
     from archsim.report.memory_stats import MemoryStatsAccumulator, RunFigures, stats_tree
     from archsim.report.output import memory_summary_rows, table, write_json
-    from archsim.report.timeline import parse_window
+    from archsim.report.timeline import ReplayWindowCollector, parse_window
 
     outputs = OutputPlan(inputs=[trace, memory_path])
     outputs.add(json_path, "--json")
@@ -175,9 +175,9 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
     acc = MemoryStatsAccumulator(cfg)
-    commands = CommandCollector() if check or timeline_path is not None else None
-    requests = RequestCollector() if timeline_path is not None else None
-    sinks = [sink for sink in (acc, commands, requests) if sink is not None]
+    checker = StreamingChecker(cfg.organization, cfg.timing, cfg.controller.refresh.impl) if check else None
+    timeline = ReplayWindowCollector(cfg, window) if timeline_path is not None else None
+    sinks = [sink for sink in (acc, checker, timeline) if sink is not None]
 
     def say_sorted(moved: int, n: int) -> None:
         if moved:
@@ -192,18 +192,12 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     figures = RunFigures(run.total_cycles, run.command_counts, run.qos_counts, run.wall_s, run.compile_s,
                          run.kernel_cache)
     stats = stats_tree(acc, figures, reproducible=reproducible)
-    if check:
-        from archsim.dram.checker import check_command_log
-
-        verdict = check_command_log(commands.log(), cfg.organization, cfg.timing,
-                                    refresh_mode=cfg.controller.refresh.impl)
+    if checker is not None:
+        verdict = checker.result()
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
-    if timeline_path is not None:
-        from archsim.report.timeline import replay_timeline
-
-        timeline = replay_timeline(requests.record(cfg, commands.log(), run.total_cycles), window, source=trace)
-        outputs.write(timeline_path, timeline.write)
+    if timeline is not None:
+        outputs.write(timeline_path, timeline.timeline(run.total_cycles, source=trace).write)
     outputs.commit()
     if not quiet:
         click.echo(table(memory_summary_rows(stats), title=f"archsim replay: {trace} on {memory_path}"))

@@ -24,7 +24,6 @@ rare does not make the other port's requests pile up in the window.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -434,27 +433,6 @@ def _through(remap: np.ndarray, indices: np.ndarray) -> np.ndarray:
     return out
 
 
-class CommandCollector:
-    """A sink keeping the whole command log (the protocol checker reads it whole): about 25 bytes a command."""
-
-    wants_commands = True
-
-    def __init__(self) -> None:
-        self.parts: list[CommandLog] = []
-
-    def retire(self, fields: dict[str, np.ndarray]) -> None:
-        pass
-
-    def commands(self, log: CommandLog) -> None:
-        self.parts.append(log)
-
-    def log(self) -> CommandLog:
-        if not self.parts:
-            return CommandLog(*(np.zeros(0, dtype=d) for d in (np.int64, np.int8, np.int32, np.int32, np.int64)))
-        return CommandLog(*(np.concatenate([getattr(p, f.name) for p in self.parts])
-                            for f in dataclasses.fields(CommandLog)))
-
-
 @dataclass
 class FileReplay:
     """A streaming replay of a trace file: its figures, and how many requests `--sort` moved (None: not sorted)."""
@@ -486,35 +464,3 @@ def replay_file(cfg: MemoryConfig, path: str, fmt: str, sinks: list[Sink], *, so
         run = StreamingReplay(cfg, source, sinks, window_requests=window_requests or WINDOW_REQUESTS,
                               progress=bar.update).run()
     return FileReplay(run, moved)
-
-
-@dataclass(frozen=True)
-class ReplayRecord:
-    """What a timeline reads of a replay (`report.timeline.replay_timeline`), as `memory.ReplayResult` has it."""
-
-    config: MemoryConfig
-    command_log: CommandLog
-    total_cycles: int
-    pseudo_channel: np.ndarray
-    accept_cycle: np.ndarray
-    done_cycle: np.ndarray
-
-
-class RequestCollector:
-    """A sink keeping every request's pseudo-channel, acceptance and done cycles (24 bytes a request)."""
-
-    wants_commands = False
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[np.ndarray, ...]] = []
-
-    def retire(self, fields: dict[str, np.ndarray]) -> None:
-        self.parts.append((fields["pos"], fields["pc"], fields["accept"], fields["done"]))
-
-    def commands(self, log: CommandLog) -> None:
-        pass
-
-    def record(self, cfg: MemoryConfig, log: CommandLog, total_cycles: int) -> ReplayRecord:
-        pos, pc, accept, done = (np.concatenate(c) for c in zip(*self.parts, strict=True))
-        order = np.argsort(pos, kind="stable")
-        return ReplayRecord(cfg, log, total_cycles, pc[order], accept[order], done[order])

@@ -123,7 +123,7 @@ def test_the_window_stays_bounded_on_a_long_paced_trace():
     assert result.requests == n and result.window_slots < 2_000
 
 
-def _whole_trace_outputs(trace: str, memory: str, window, overrides=()) -> tuple[bytes, bytes]:
+def _whole_trace_outputs(trace: str, memory: str, window, overrides=()) -> tuple[dict, object]:
     """What `archsim replay --check --timeline` wrote before it streamed: the trace read whole, replayed whole."""
     from archsim.config.memory import load_memory_config
     from archsim.dram.checker import check_command_log
@@ -142,12 +142,14 @@ def _whole_trace_outputs(trace: str, memory: str, window, overrides=()) -> tuple
 
 
 @pytest.mark.system
-@pytest.mark.parametrize(("trace", "memory", "window_text"), [
-    ("traces/stream_hbm2.trace", "configs/memory/hbm2.yaml", None),
-    ("traces/kv_decode_hbm3.npz", "configs/memory/hbm3.yaml", "2us:9us"),
+@pytest.mark.parametrize(("trace", "memory", "options"), [
+    ("traces/stream_hbm2.trace", "configs/memory/hbm2.yaml", ()),
+    ("traces/stream_hbm2.trace", "configs/memory/hbm2.yaml",
+     ("--set", "memory.controller.refresh=per_bank", "--timeline-window", ":5us")),
+    ("traces/kv_decode_hbm3.npz", "configs/memory/hbm3.yaml", ("--timeline-window", "2us:9us")),
+    ("traces/kv_decode_hbm3.npz", "configs/memory/hbm3.yaml", ("--timeline-requests", "500")),
 ])
-def test_the_replay_command_writes_what_the_whole_trace_replay_did(tmp_path, monkeypatch, trace, memory,
-                                                                    window_text):
+def test_the_replay_command_writes_what_the_whole_trace_replay_did(tmp_path, monkeypatch, trace, memory, options):
     import json
 
     from click.testing import CliRunner
@@ -161,12 +163,14 @@ def test_the_replay_command_writes_what_the_whole_trace_replay_did(tmp_path, mon
     monkeypatch.setattr(archsim.replay_stream, "WINDOW_REQUESTS", 256)
     trace_path, memory_path = str(REPO / trace), str(REPO / memory)
     args = ["replay", trace_path, "--memory", memory_path, "--reproducible", "--check", "--quiet",
-            "--json", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json")]
-    if window_text:
-        args += ["--timeline-window", window_text]
+            "--json", str(tmp_path / "s.json"), "--timeline", str(tmp_path / "t.json"), *options]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    stats, timeline = _whole_trace_outputs(trace_path, memory_path, parse_window(window_text, timeline="t"))
+    option = dict(zip(options[::2], options[1::2], strict=True))
+    window = parse_window(option.get("--timeline-window"), int(option.get("--timeline-requests", 0)) or None,
+                          timeline="t")
+    overrides = [option["--set"]] if "--set" in option else []
+    stats, timeline = _whole_trace_outputs(trace_path, memory_path, window, overrides)
     write_json(tmp_path / "whole.json", stats)
     timeline.write(tmp_path / "whole_t.json")
     assert (tmp_path / "s.json").read_bytes() == (tmp_path / "whole.json").read_bytes()
