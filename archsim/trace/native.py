@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -56,24 +58,67 @@ def atomic_write_bytes(path: str | Path, writer: Any, suffix: str = "") -> None:
     atomic_write(path, writer)
 
 
+class PhysicalTraceWriter:
+    """An archsim .npz physical trace written batch by batch into an open binary file: the columns go to unnamed
+    temporary files beside it (18 bytes a request on disk, not in memory) and into the archive at `finish`, with
+    the header and the columns' sha256. The archive is what `np.savez_compressed` writes: `np.load` reads it."""
+
+    def __init__(self, handle: BinaryIO, header: dict[str, Any] | None = None) -> None:
+        self.handle = handle
+        self.header = header or {}
+        where = os.path.dirname(getattr(handle, "name", "") or "") or None
+        self.parts = {name: tempfile.TemporaryFile(dir=where) for name, _dtype in COLUMNS}  # noqa: SIM115
+        self.n = 0
+
+    def __enter__(self) -> PhysicalTraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for part in self.parts.values():  # left by an error before `finish`
+            part.close()
+
+    def add(self, timestamp_cycles: np.ndarray, address: np.ndarray, is_write: np.ndarray,
+            source: np.ndarray | None = None) -> None:
+        n = len(address)
+        columns = {"timestamp_cycles": timestamp_cycles, "address": address, "is_write": is_write,
+                   "source": np.zeros(n, dtype=np.uint8) if source is None else source}
+        for name, dtype in COLUMNS:
+            array = np.ascontiguousarray(columns[name], dtype=dtype)
+            if array.shape != (n,):
+                raise ValueError(f"column {name} has shape {array.shape}, expected ({n},)")
+            self.parts[name].write(array.tobytes())
+        self.n += n
+
+    def finish(self) -> None:
+        """Write the archive: the columns, then the header."""
+        digest = hashlib.sha256()
+        with zipfile.ZipFile(self.handle, mode="w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as archive:
+            for name, dtype in COLUMNS:
+                part = self.parts.pop(name)
+                part.seek(0)
+                with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                    header = {"descr": np.dtype(dtype).str, "fortran_order": False, "shape": (self.n,)}
+                    np.lib.format.write_array_header_1_0(member, header)
+                    while block := part.read(1 << 24):
+                        digest.update(block)
+                        member.write(block)
+                part.close()
+            meta = {"schema": SCHEMA, "version": VERSION, "requests": self.n, "sha256": digest.hexdigest(),
+                    "columns": {name: dtype for name, dtype in COLUMNS}, "metadata": self.header}
+            with archive.open("header.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.frombuffer(json.dumps(meta, sort_keys=True).encode(),
+                                                                dtype=np.uint8))
+
+
 def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address: np.ndarray,
                         is_write: np.ndarray, source: np.ndarray | None = None,
                         header: dict[str, Any] | None = None) -> None:
-    n = len(address)
-    columns = {
-        "timestamp_cycles": np.asarray(timestamp_cycles, dtype=np.int64),
-        "address": np.asarray(address, dtype=np.uint64),
-        "is_write": np.asarray(is_write, dtype=np.uint8),
-        "source": np.zeros(n, dtype=np.uint8) if source is None else np.asarray(source, dtype=np.uint8),
-    }
-    for name, array in columns.items():
-        if array.shape != (n,):
-            raise ValueError(f"column {name} has shape {array.shape}, expected ({n},)")
-    meta = {"schema": SCHEMA, "version": VERSION, "requests": n, "sha256": _digest(columns),
-            "columns": {name: dtype for name, dtype in COLUMNS}, "metadata": header or {}}
-    payload = dict(columns)
-    payload["header"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
-    atomic_write_bytes(path, lambda handle: np.savez_compressed(handle, **payload), suffix=".npz")
+    def write(handle: BinaryIO) -> None:
+        with PhysicalTraceWriter(handle, header) as writer:
+            writer.add(timestamp_cycles, address, is_write, source)
+            writer.finish()
+
+    atomic_write_bytes(path, write)
 
 
 def check_meta(meta: dict[str, Any], file: str) -> None:

@@ -11,11 +11,13 @@ pass reaches it: the first in the file is the one named. An archsim .npz is chec
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, Protocol
 
 import numpy as np
@@ -47,12 +49,13 @@ class Batch:
 
 class RequestSource(Protocol):
     """A physical trace read in batches: `open(port)` is a fresh pass over the requests of one port (0 host,
-    1 PNM), in trace order; `ports` the ports that may have any; `requests` the count if known up front."""
+    1 PNM; None: all), in trace order; `ports` the ports that may have any; `requests` the count if known up
+    front."""
 
     ports: tuple[int, ...]
     requests: int | None
 
-    def open(self, port: int) -> Iterator[Batch]: ...
+    def open(self, port: int | None = None) -> Iterator[Batch]: ...
 
 
 AddressCheck = Callable[[np.ndarray, int], np.ndarray]  # (addresses, index of the first) -> checked addresses
@@ -69,14 +72,16 @@ class ArraySource:
         self.ports = tuple(int(p) for p in np.unique(self.columns[3]))
         self.batch_requests = batch_requests
 
-    def open(self, port: int) -> Iterator[Batch]:
+    def open(self, port: int | None = None) -> Iterator[Batch]:
         for first in range(0, self.requests, self.batch_requests):
             part = [column[first:first + self.batch_requests] for column in self.columns]
             yield _of_port(Batch(np.arange(first, first + part[0].size, dtype=np.int64), *part), port)
 
 
-def _of_port(batch: Batch, port: int) -> Batch:
-    return batch if (batch.source == port).all() else batch.select(np.flatnonzero(batch.source == port))
+def _of_port(batch: Batch, port: int | None) -> Batch:
+    if port is None or (batch.source == port).all():
+        return batch
+    return batch.select(np.flatnonzero(batch.source == port))
 
 
 class TextSource:
@@ -88,11 +93,11 @@ class TextSource:
     def __init__(self, path: str, fmt: str, check: AddressCheck | None = None, bar: Any = None) -> None:
         self.path, self.fmt, self.check, self.bar = path, fmt, check, bar
 
-    def open(self, port: int) -> Iterator[Batch]:
+    def open(self, port: int | None = None) -> Iterator[Batch]:
         from archsim.trace.text_formats import _DRAMSIM3_OPS, _RAMULATOR_OPS, _open, _raise_for_line
         from archsim.trace.text_scan import N_STATE, ST_DECREASE, ST_ERROR, scan_parts
 
-        if port != 0:
+        if port not in (None, 0):
             return
         dramsim3 = self.fmt == "dramsim3"
         state = np.zeros(N_STATE, dtype=np.int64)
@@ -220,7 +225,7 @@ class NpzSource:
         self.requests = int(meta["requests"])
         self.ports = tuple(sorted(ports))
 
-    def open(self, port: int) -> Iterator[Batch]:
+    def open(self, port: int | None = None) -> Iterator[Batch]:
         archive = zipfile.ZipFile(self.path)
         try:
             columns = self._guarded(lambda: self._columns(archive))
@@ -274,3 +279,25 @@ def sorted_source(path: str, fmt: str = "auto", check: AddressCheck | None = Non
     return (ArraySource(physical.timestamp_cycles, address, physical.is_write, physical.source),
             int(physical.header.get("sorted_requests", 0)))
 
+
+
+def write_batches(path: Path, target: str, batches: Iterator[tuple[np.ndarray, ...]],
+                  header: dict[str, Any] | None = None) -> tuple[int, int]:
+    """Write request batches (timestamps, addresses, writes?, ports) as they come to `path` in `target`
+    ("dramsim3", "ramulator" or "native"); returns the requests and writes written. Memory: one batch."""
+    from archsim.trace.native import PhysicalTraceWriter
+    from archsim.trace.text_write import text_lines
+
+    n = writes = 0
+    with open(path, "wb") as handle, (PhysicalTraceWriter(handle, header) if target == "native"
+                                      else contextlib.nullcontext()) as native:
+        for ts, address, is_write, source in batches:
+            if native is not None:
+                native.add(ts, address, is_write, source)
+            else:
+                handle.write(text_lines(target, ts if target == "dramsim3" else None, address, is_write))
+            n += len(address)
+            writes += int(np.count_nonzero(is_write))
+        if native is not None:
+            native.finish()
+    return n, writes
