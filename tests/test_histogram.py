@@ -67,3 +67,19 @@ def test_stats_of_requests_folded_in_chunks_equal_the_whole_replays():
     assert stats_tree(acc, figures, reproducible=True) == memory_stats(result, reproducible=True)
     assert memory_stats(result)["memory"]["read_latency_cycles"]["p99"] == round(
         float(np.percentile((result.done_cycle - result.accept_cycle)[result.requests.is_write == 0], 99)), 6)
+
+
+def test_values_spanning_a_run_are_counted_densely_and_a_far_value_turns_them_sparse():
+    rng = np.random.default_rng(9)
+    values = np.sort(rng.integers(0, 300_000, 1_000_000))  # about three values per cycle, in time order
+    hist = IntHistogram()
+    for part in np.array_split(values, 50):
+        hist.add(part)
+    assert hist.dense is not None and hist.nbytes <= 4 * 600_000
+    for q in (50, 99):
+        assert hist.percentile(q) == float(np.percentile(values, q))
+    hist.add(np.array([2**45]))  # a far outlier: a dense range to it would be huge
+    assert hist.dense is None
+    both = np.concatenate([values, [2**45]])
+    assert hist.percentile(99) == float(np.percentile(both, 99)) and hist.max() == 2**45
+    assert hist.mean() == float(both.mean())
