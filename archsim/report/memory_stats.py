@@ -26,8 +26,8 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "sim.requests": ("requests", "requests in the replayed trace"),
     "sim.cycles": ("cycles", "memory command-clock cycles from cycle 0 to the last data beat or acceptance"),
     "sim.time_ns": ("ns", "sim.cycles x tCK"),
-    "sim.wall_s": ("s", "host wall-clock time of the simulation loop, JIT compilation excluded "
-                        "(0 with --reproducible)"),
+    "sim.wall_s": ("s", "host wall-clock time of the simulation loop (the kernel and, in a streaming replay, its "
+                        "request window), JIT compilation, trace reading and stats excluded (0 with --reproducible)"),
     "sim.compile_s": ("s", "host time spent compiling or loading the compiled kernel, outside sim.wall_s "
                            "(0 with --reproducible)"),
     "sim.kernel_cache": ("-", "where the run's kernel variant came from: hit (numba's cache), miss (compiled), "
