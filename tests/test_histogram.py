@@ -75,7 +75,7 @@ def test_values_spanning_a_run_are_counted_densely_and_a_far_value_turns_them_sp
     hist = IntHistogram()
     for part in np.array_split(values, 50):
         hist.add(part)
-    assert hist.dense is not None and hist.nbytes <= 4 * 600_000
+    assert hist.dense is not None and hist.dense.dtype == np.uint8 and hist.nbytes <= 600_000
     for q in (50, 99):
         assert hist.percentile(q) == float(np.percentile(values, q))
     hist.add(np.array([2**45]))  # a far outlier: a dense range to it would be huge
@@ -83,3 +83,18 @@ def test_values_spanning_a_run_are_counted_densely_and_a_far_value_turns_them_sp
     both = np.concatenate([values, [2**45]])
     assert hist.percentile(99) == float(np.percentile(both, 99)) and hist.max() == 2**45
     assert hist.mean() == float(both.mean())
+
+
+def test_dense_counts_widen_before_they_overflow():
+    hist = IntHistogram()
+    values = [np.arange(100_000)]
+    hist.add(values[0])
+    hist.add(np.arange(1000))  # merged: dense, one byte a count
+    for _ in range(300):  # a value seen 300,000 times: past one byte, then two
+        values.append(np.full(1000, 7))
+        hist.add(values[-1])
+    values.insert(1, np.arange(1000))
+    assert hist.dense is not None and hist.dense.dtype == np.uint32
+    everything = np.concatenate(values)
+    for q in (0.1, 50, 99):
+        assert hist.percentile(q) == float(np.percentile(everything, q))
