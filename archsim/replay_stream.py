@@ -179,7 +179,9 @@ class StreamingReplay:
         self.bstate = self.state.bstate.reshape(-1, K.BANK_COLUMNS)
         self.pstate = self.state.pstate.reshape(-1, K.PC_COLUMNS)
         self.log = _log_arrays(max(4 * window_requests, 1024) if self.logging else 1)
-        self._grow(window_requests + 1)
+        # room for the lookaheads, every request the queues can hold (both ports' shares, the bank queues) and
+        # the spare slot (`_call`)
+        self._grow(window_requests + 2 * queue_room + org.n_banks * c.bank_queue_depth + 1)
         self.progress = progress
         self.retired = 0
         self.restarts = 0
@@ -193,7 +195,7 @@ class StreamingReplay:
         if slots <= self.cap + 1:
             return
         old = self.a
-        self.cap = max(slots, 2 * self.cap) - 1  # one spare slot: see `_view`
+        self.cap = max(slots, self.cap + self.cap // 2 + 1) - 1  # and one spare slot (`_call`)
         self.a = {name: np.full(self.cap + 1, fill, dtype=dtype) for name, (dtype, fill) in _SLOT_ARRAYS.items()}
         for name, array in old.items():
             self.a[name][:self.m] = array[:self.m]
