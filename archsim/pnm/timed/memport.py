@@ -233,7 +233,8 @@ def merge_results(results: list[ReplayResult]) -> ReplayResult:
         values = [getattr(r, f.name) for r in results]
         if f.name == "requests":
             merged[f.name] = Requests(*(np.concatenate([getattr(v, g.name) for v in values])
-                                        for g in dataclasses.fields(Requests)))
+                                        for g in dataclasses.fields(Requests) if g.name != "sources"),
+                                      values[0].sources)
         elif f.name == "total_cycles":
             merged[f.name] = max(values)
         elif f.name in ("wall_s", "compile_s"):
