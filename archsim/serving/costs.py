@@ -96,16 +96,17 @@ class StepCostTable:
             return DecodeTerms(d, n // d, "gpu", 0.0, 0.0, 1.0)
         (d0, d1), wd = _bracket(self.seq_grid, d)
         (n0, n1), wn = _bracket(self.token_grid, n)
-        corners = [[self._point(a, b) for b in (n0, n1)] for a in (d0, d1)]
+        c00, c01, c10, c11 = self._point(d0, n0), self._point(d0, n1), self._point(d1, n0), self._point(d1, n1)
 
-        def mix(field: str) -> float:
-            v = [[getattr(corners[i][j], field) for j in (0, 1)] for i in (0, 1)]
-            if v[0][0] == v[0][1] == v[1][0] == v[1][1]:  # equal corners: the value itself, not a rounded blend
-                return v[0][0]
-            return ((1 - wd) * ((1 - wn) * v[0][0] + wn * v[0][1]) + wd * ((1 - wn) * v[1][0] + wn * v[1][1]))
+        def mix(v00: float, v01: float, v10: float, v11: float) -> float:
+            if v00 == v01 == v10 == v11:  # equal corners: the value itself, not a rounded blend
+                return v00
+            return ((1 - wd) * ((1 - wn) * v00 + wn * v01) + wd * ((1 - wn) * v10 + wn * v11))
 
-        base = corners[0][0]
-        return DecodeTerms(d, n // d, base.kind, mix("pool_ns"), mix("route_latency_ns"), mix("allreduce_stretch"))
+        return DecodeTerms(d, n // d, c00.kind, mix(c00.pool_ns, c01.pool_ns, c10.pool_ns, c11.pool_ns),
+                           mix(c00.route_latency_ns, c01.route_latency_ns, c10.route_latency_ns, c11.route_latency_ns),
+                           mix(c00.allreduce_stretch, c01.allreduce_stretch, c10.allreduce_stretch,
+                               c11.allreduce_stretch))
 
     def shared_prefix_factor(self, prefix_tokens: np.ndarray, private_tokens: list[np.ndarray]) -> float:
         """The pool's decode time with each group's shared prefix read once over the time without (at most 1;

@@ -299,6 +299,7 @@ class _Engine:
         pools = [k for k, tier in enumerate(self.spec.tiers) if tier.kind == "pool"]
         self.pool_index = pools[0] if pools else -1
         self.pnm_index = self.pool_index if pools and self.spec.tiers[self.pool_index].compute == "pnm" else -1
+        self.pnm_decoders = self.pnm_index >= 0 and not self.auto    # decode sequences may read a prefix once
         self.pool_bytes = Intervals() if pools else None       # what the pool's DRAM served, when
         self.pool_transfer: dict[int, tuple[float, float]] = {}  # timed transfer id -> (start ns, bytes)
 
@@ -669,8 +670,9 @@ class _Engine:
     def _verify_tokens(self, ids: np.ndarray) -> np.ndarray:
         """Positions each decode sequence computes this iteration: 1, or with speculation the k drafted tokens
         after its last one, never more than it still has to emit (so its blocks stay within its KV)."""
-        left = self.out_tokens[ids] - self.out_done[ids]
-        return np.minimum(self.verify_tokens, left) if self.speculation is not None else np.ones(len(ids), np.int64)
+        if self.speculation is None:
+            return np.ones(len(ids), np.int64)
+        return np.minimum(self.verify_tokens, self.out_tokens[ids] - self.out_done[ids])
 
     def _fast_decode(self, i: int, t: float, ids: np.ndarray) -> float:
         """Run decode iterations of the unchanged batch `ids` back to back, up to (not into) the iteration
@@ -1214,14 +1216,14 @@ class _Engine:
 
     def _pool_decoders(self, ids: np.ndarray, decoding: np.ndarray) -> np.ndarray:
         """The decode sequences of a batch whose KV is in a PNM pool and fills at least one block."""
-        if self.pool_index < 0 or self.auto or self.spec.tiers[self.pool_index].compute != "pnm":
+        if not self.pnm_decoders:
             return ids[:0]
         dec = ids[decoding]
         return dec[(self.base + self.res[dec] == self.pool_index) & (self.ctx[dec] >= self.bt)]
 
     def _shares_blocks(self, dec: np.ndarray) -> bool:
         """Whether two of these sequences hold the same first block (then they share a leading run of blocks)."""
-        return len(dec) > 1 and len(np.unique(self.ckeys[self.coff[dec]])) < len(dec)
+        return len(dec) > 1 and len(set(self.ckeys[self.coff[dec]].tolist())) < len(dec)
 
     def _by_key(self, members: list[int], full: dict[int, int], depth: int) -> dict[int, list[int]]:
         """Members that hold block `depth`, by its key (the others, whose context ends before it, leave)."""
@@ -1399,7 +1401,7 @@ class _Engine:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         written = news * self.kvb
         res = self.res[ids]
-        for v in np.unique(res).tolist():
+        for v in sorted(set(res.tolist())):
             rows = res == v
             size = float(written[rows].sum())
             self.tier_write[self.base + v] += size
