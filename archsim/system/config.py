@@ -56,7 +56,9 @@ from archsim.system.address_map import PoolAddressMap, build_address_map
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.system.serving_config import (
+    COHERENCE_SCHEMES,
     DECODE_MODES,
+    PNM_SCHEDULING,
     KvTier,
     ServingConfig,
     location_of,
@@ -103,6 +105,7 @@ class PnmSpec:
     sram_bytes: int
     tile_tokens: int
     dma_outstanding_loads: int
+    scheduling: str = "fair_share"  # several servers: attention jobs of their instances at the units (PNM_SCHEDULING)
 
     def overrides(self) -> list[str]:
         """The system's values as `--set` overrides of the PNM config (for archsim.pnm.timed.unit_config)."""
@@ -121,6 +124,7 @@ class PoolSpec:
     l2: L2Config | None  # one device's L2, sliced evenly over its channels (ways, line, MSHRs per slice)
     pnm: PnmSpec | None
     address_map: PoolAddressMap | None = None  # servers' windows, interleave, DPA -> DRAM (system.address_map)
+    coherence: str = "software"  # several servers: how blocks they share stay coherent (COHERENCE_SCHEMES)
 
     @property
     def channels_per_device(self) -> int:
@@ -460,13 +464,14 @@ def _parse_pool(s: Section, file: str | None, servers: int = 1) -> PoolSpec:
     l2 = parse_l2(s.sub("l2")) if s.has("l2") else None
     pnm = _parse_pnm(s.sub("pnm"), file) if s.has("pnm") else None
     amap = _parse_address_map(s.sub("address_map", {}), devices, memory, servers)
+    coherence = s.choice("coherence", COHERENCE_SCHEMES, "software")
     s.done()
     if l2 is not None:
         slice_bytes = l2.capacity_bytes // memory.organization.n_channels
         if l2.capacity_bytes % memory.organization.n_channels or slice_bytes % (l2.line_size_bytes * l2.ways):
             raise s.error("l2.capacity", f"{l2.capacity_bytes} B does not slice into whole sets over the device's "
                                          f"{memory.organization.n_channels} channels")
-    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap)
+    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap, coherence)
 
 
 def _parse_address_map(s: Section, devices: int, memory: MemoryConfig, system_servers: int) -> PoolAddressMap:
@@ -506,12 +511,13 @@ def _parse_pnm(s: Section, file: str | None) -> PnmSpec:
     sram = s.parsed("sram", parse_size_bytes, base.sram.capacity_bytes)
     tile = s.int("tile_tokens", 64, minimum=1)
     outstanding = s.int("dma_outstanding_loads", base.dma.max_outstanding_loads, minimum=1)
+    scheduling = s.choice("scheduling", PNM_SCHEDULING, "fair_share")
     s.done()
     if clock is not None and clock <= 0:
         raise s.error("clock", "must be positive")
     if sram <= 0:
         raise s.error("sram", "must be positive")
-    return PnmSpec(model, str(path), clock, macs, exps, sram, tile, outstanding)
+    return PnmSpec(model, str(path), clock, macs, exps, sram, tile, outstanding, scheduling)
 
 
 def _parse_sampling(s: Section) -> SamplingSpec:

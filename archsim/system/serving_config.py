@@ -19,6 +19,10 @@ DEVICE_OF_KIND = {"host_dram": "ddr5", "nvme": "nvme", "rdma": None}  # device e
 ROUTERS = ("round_robin", "least_loaded", "prefix")
 PREEMPTIONS = ("recompute", "swap")
 DECODE_MODES = ("load", "stream")
+# several servers on one pool: how shared blocks stay coherent (archsim.serving.coherence) and how the PNM
+# units order attention jobs from several servers (archsim.serving.pnm_units)
+COHERENCE_SCHEMES = ("software", "back_invalidate")
+PNM_SCHEDULING = ("fifo", "fair_share")
 
 
 @dataclass(frozen=True)
