@@ -147,9 +147,10 @@ def test_per_server_figures_partition_the_run():
     assert 0.8 < entry["server_fairness"] <= 1.0              # round robin spreads the load evenly
 
 
-def _coherence_runs(scheme: str):
+def _coherence_runs(scheme: str, data_path: str = "cpu"):
     """Five one-token requests, a second apart, round robin over two instances on a PNM pool of 8 blocks of
-    16 KiB (so each block costs exactly coherence.py's per-block figures): r0 (server 0) writes a 4-block prefix
+    16 KiB (so each block costs exactly coherence.py's per-block figures with CPU-copied data, and its metadata
+    line's with DMA): r0 (server 0) writes a 4-block prefix
     and a block of its own; r1 (server 1) reads the prefix in place and writes one block; r2 (server 0) fills the
     pool, evicting all six; r3 (server 1) writes the prefix again, a new version, and its block, evicting five
     of r2's; r4 (server 0) reads the prefix, whose copy it holds is the old version, and writes one block,
@@ -159,22 +160,29 @@ def _coherence_runs(scheme: str):
                  prefix_tokens=prefix, session=np.arange(1, 6))
     reqs = replace(reqs, block_keys=np.where(np.repeat(np.arange(5), np.diff(reqs.block_offsets)) == 2,
                                              reqs.block_keys ^ np.uint64(0xABCDEF), reqs.block_keys))  # r2: its own
-    sp = spec(lower="pool", kv_home=1, instances=2, servers=2, coherence=scheme, kv_bytes_per_token=1024)
+    sp = spec(lower="pool", kv_home=1, instances=2, servers=2, coherence=scheme, kv_bytes_per_token=1024,
+              kv_data_path=data_path)
     sp = replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], capacity_bytes=8 * 16 * 1024, server_link_GBps=25.0)))
     cost = LinearCost()
     return simulate(reqs, sp, cost), simulate(reqs, replace(sp, servers=1), cost)
 
 
+@pytest.mark.parametrize("data_path", ["cpu", "dma"])
 @pytest.mark.parametrize("scheme", ["software", "back_invalidate"])
-def test_a_prefix_shared_across_servers_costs_exactly_the_schemes_per_block_figures(scheme):
+def test_a_prefix_shared_across_servers_costs_exactly_the_schemes_per_block_figures(scheme, data_path):
+    """CPU-copied KV: every line of a block is flushed, invalidated or snooped (the measured per-16 KiB figures);
+    DMA-moved KV, which no CPU cache holds: the block's metadata line alone (1/256 of them, one snoop pair)."""
     from archsim.serving.coherence import CoherenceCosts
 
-    costs = CoherenceCosts()
-    assert costs.block_bytes == 16 * 1024
-    two, one = _coherence_runs(scheme)
+    measured = CoherenceCosts()
+    assert measured.block_bytes == 16 * 1024
+    costs = measured.for_block(measured.block_bytes if data_path == "cpu" else measured.line_bytes)
+    two, one = _coherence_runs(scheme, data_path)
     assert two.completed.all() and list(two.instance) == [0, 1, 0, 1, 0]
     assert list(two.hit_blocks[:, 1]) == [0, 4, 0, 0, 4]       # r1 and r4 find the prefix; r3 finds it evicted
-    flush, inval, snoop = costs.flush_ns, costs.invalidate_ns, costs.round_trip_ns
+    flush, inval, snoop = costs.flush_ns, costs.invalidate_ns, costs.snoop_ns
+    if data_path == "dma":
+        assert flush == pytest.approx(measured.flush_ns / 256) and snoop == measured.round_trip_ns
     if scheme == "software":   # flushes of what each writes; r4 invalidates its 4 stale prefix blocks first
         owed = [5 * flush, flush, 8 * flush, 5 * flush, flush + 4 * inval]
     else:                      # snoops of the blocks each eviction takes from their holders' caches
@@ -184,18 +192,18 @@ def test_a_prefix_shared_across_servers_costs_exactly_the_schemes_per_block_figu
     assert ttft_two - ttft_one == pytest.approx(owed, abs=1e-6)
     assert one.coherence is None and "coherence" not in summarize(one)   # one server: nothing to keep coherent
     c = summarize(two)["coherence"]
-    lines = costs.block_bytes // costs.line_bytes
+    lines = costs.block_bytes // measured.line_bytes
     if scheme == "software":
         assert (c["flushes"], c["invalidations"], c["snooped_blocks"]) == (20, 4, 0)
-        assert (c["messages"], c["bytes"]) == (20 * lines + 4, 20 * costs.block_bytes)
+        assert (c["messages"], c["bytes"]) == (20 * lines + 4 * costs.invalidate_messages, 20 * costs.block_bytes)
     else:  # r2's eviction: the prefix from both servers' caches, r0's and r1's blocks from their writers'
         assert (c["flushes"], c["invalidations"], c["snooped_blocks"], c["snooped_copies"]) == (0, 0, 12, 16)
-        assert (c["messages"], c["bytes"]) == (16 * 2 * lines, 16 * 2 * lines * costs.message_bytes)
+        assert (c["messages"], c["bytes"]) == (16 * 2 * lines, 16 * 2 * lines * measured.message_bytes)
         # the snoops and responses cross each holder's port and the pool's side (a software flush's bytes are
         # the written block's own, on the links already): server 1 held 5 blocks, server 0 11
-        software, _ = _coherence_runs("software")
+        software, _ = _coherence_runs("software", data_path)
         extra = {name: two.link_bytes[name] - software.link_bytes[name] for name in two.link_bytes}
-        flits = 2 * lines * costs.message_bytes
+        flits = 2 * lines * measured.message_bytes
         assert extra == {"cxl": 16 * flits, "cxl (server0)": 11 * flits, "cxl (server1)": 5 * flits}
     assert c["stall_ms"] == pytest.approx(sum(owed) / 1e6, rel=1e-12)
     per_server = [s["coherence"]["stall_ms"] for s in summarize(two)["servers"]]

@@ -371,7 +371,9 @@ class _Engine:
             return
         self.shared_tier = self.views[0].tiers[self.pool_index - self.base]
         self.shared_tier.written, self.shared_tier.evicted = [], []
-        costs = CoherenceCosts().for_block(self.block_bytes)
+        # under DMA no CPU cache holds a block's data: the protocol orders its publication, one metadata line
+        costs = CoherenceCosts()
+        costs = costs.for_block(costs.line_bytes if self.spec.kv_data_path == "dma" else self.block_bytes)
         self.coherence = Holders(np.unique(self.ckeys), self.servers, self.spec.coherence, costs)
         self.owed = np.zeros((self.spec.instances, 3), dtype=np.int64)
 

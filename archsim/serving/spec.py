@@ -12,6 +12,7 @@ from archsim.errors import ConfigError
 from archsim.system.serving_config import (  # the system file's words
     COHERENCE_SCHEMES,
     DECODE_MODES,
+    KV_DATA_PATHS,
     PNM_SCHEDULING,
     PREEMPTIONS,
     ROUTERS,
@@ -84,6 +85,8 @@ class ServingSpec:
     # several servers on a pool: the scheme keeping the blocks they share coherent, and the PNM units' order of
     # their attention jobs (`system.pool.coherence`, `system.pool.pnm.scheduling`)
     coherence: str = "software"
+    kv_data_path: str = "dma"       # `system.pool.kv_data_path`: what coherence covers (a block's metadata line
+    # under DMA, its every line when CPUs copy it)
     pnm_scheduling: str = "fair_share"
 
     def server_of(self, instance: Any) -> Any:
@@ -143,6 +146,8 @@ def validate(spec: ServingSpec) -> None:
              f"with {spec.servers} servers each needs a port to the tier, got {tier.server_link_GBps} GB/s")
     need(spec.coherence in COHERENCE_SCHEMES, "system.pool.coherence",
          f"must be one of {', '.join(COHERENCE_SCHEMES)}, got {spec.coherence!r}")
+    need(spec.kv_data_path in KV_DATA_PATHS, "system.pool.kv_data_path",
+         f"must be one of {', '.join(KV_DATA_PATHS)}, got {spec.kv_data_path!r}")
     need(spec.pnm_scheduling in PNM_SCHEDULING, "system.pool.pnm.scheduling",
          f"must be one of {', '.join(PNM_SCHEDULING)}, got {spec.pnm_scheduling!r}")
     need(spec.servers <= 64, "system.servers", f"at most 64 servers share a pool, got {spec.servers}")

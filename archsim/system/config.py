@@ -58,6 +58,7 @@ from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.system.serving_config import (
     COHERENCE_SCHEMES,
     DECODE_MODES,
+    KV_DATA_PATHS,
     PNM_SCHEDULING,
     KvTier,
     ServingConfig,
@@ -125,6 +126,7 @@ class PoolSpec:
     pnm: PnmSpec | None
     address_map: PoolAddressMap | None = None  # servers' windows, interleave, DPA -> DRAM (system.address_map)
     coherence: str = "software"  # several servers: how blocks they share stay coherent (COHERENCE_SCHEMES)
+    kv_data_path: str = "dma"  # how KV moves between GPUs and the pool (KV_DATA_PATHS): what coherence covers
 
     @property
     def channels_per_device(self) -> int:
@@ -465,13 +467,14 @@ def _parse_pool(s: Section, file: str | None, servers: int = 1) -> PoolSpec:
     pnm = _parse_pnm(s.sub("pnm"), file) if s.has("pnm") else None
     amap = _parse_address_map(s.sub("address_map", {}), devices, memory, servers)
     coherence = s.choice("coherence", COHERENCE_SCHEMES, "software")
+    kv_data_path = s.choice("kv_data_path", KV_DATA_PATHS, "dma")
     s.done()
     if l2 is not None:
         slice_bytes = l2.capacity_bytes // memory.organization.n_channels
         if l2.capacity_bytes % memory.organization.n_channels or slice_bytes % (l2.line_size_bytes * l2.ways):
             raise s.error("l2.capacity", f"{l2.capacity_bytes} B does not slice into whole sets over the device's "
                                          f"{memory.organization.n_channels} channels")
-    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap, coherence)
+    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap, coherence, kv_data_path)
 
 
 def _parse_address_map(s: Section, devices: int, memory: MemoryConfig, system_servers: int) -> PoolAddressMap:
