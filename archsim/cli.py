@@ -11,10 +11,15 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from archsim.errors import ArchsimError
+
+if TYPE_CHECKING:  # the CLI imports its subsystems lazily (archsim --help stays fast)
+    from archsim.config.memory import MemoryConfig
+    from archsim.report.memory_stats import MemoryStatsAccumulator
 
 DEBUG_ENV = "ARCHSIM_DEBUG"
 
@@ -135,6 +140,23 @@ def main() -> None:
     """archsim: cycle-approximate simulator of near-memory-processing KV-cache pools for LLM inference."""
 
 
+def _ports_alone(cfg: MemoryConfig, trace: str, fmt: str, shared: MemoryStatsAccumulator, sort: bool, wrap: bool,
+                 quiet: bool) -> dict[str, float]:
+    """Each port's requests replayed alone (`replay --alone`): the mean of its reads' latency from their trace
+    timestamps, by port name."""
+    from archsim.replay_stream import replay_file
+    from archsim.report.memory_stats import MemoryStatsAccumulator
+
+    means = {}
+    for port, name in enumerate(shared.sources):
+        if not shared.by("port")[port].sum():
+            continue
+        acc = MemoryStatsAccumulator(cfg, shared.sources, per_port=True)
+        replay_file(cfg, trace, fmt, [acc], sort=sort, wrap=wrap, progress=not quiet, port=port)
+        means[name] = acc.source_total_latency[port].mean() if acc.source_total_latency[port].n else 0.0
+    return means
+
+
 @main.command()
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--memory", "memory_path", required=True, type=click.Path(dir_okay=False),
@@ -155,9 +177,11 @@ def main() -> None:
 @click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:20us).")
 @click.option("--timeline-requests", type=int, metavar="N",
               help="Timeline up to the completion of the first N requests.")
+@click.option("--alone", is_flag=True, help="Also replay each port's requests alone: its slowdown sharing the "
+              "memory and Jain's fairness over the ports (memory.qos; one more replay per port).")
 def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], sort: bool,
            wrap: bool, check: bool, reproducible: bool, quiet: bool, timeline_path: str | None,
-           timeline_window: str | None, timeline_requests: int | None) -> None:
+           timeline_window: str | None, timeline_requests: int | None, alone: bool) -> None:
     """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats.
 
     The trace streams through the simulation in chunks: memory stays bounded whatever its length. --sort reads
@@ -166,7 +190,7 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     from archsim.dram.checker_stream import StreamingChecker
     from archsim.outputs import OutputPlan
     from archsim.replay_stream import replay_file
-    from archsim.report.memory_stats import MemoryStatsAccumulator, RunFigures, stats_tree
+    from archsim.report.memory_stats import MemoryStatsAccumulator, RunFigures, port_qos, stats_tree
     from archsim.report.output import memory_summary_rows, table, write_json
     from archsim.report.timeline import ReplayWindowCollector, parse_window
 
@@ -175,7 +199,7 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     outputs.add(timeline_path, "--timeline")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
-    acc = MemoryStatsAccumulator(cfg)
+    acc = MemoryStatsAccumulator(cfg, per_port=alone or bool(cfg.controller.qos_targets))
     checker = StreamingChecker(cfg.organization, cfg.timing, cfg.controller.refresh.impl) if check else None
     timeline = ReplayWindowCollector(cfg, window) if timeline_path is not None else None
     sinks = [sink for sink in (acc, checker, timeline) if sink is not None]
@@ -193,6 +217,9 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     figures = RunFigures(run.total_cycles, run.command_counts, run.qos_counts, run.wall_s, run.compile_s,
                          run.kernel_cache)
     stats = stats_tree(acc, figures, reproducible=reproducible)
+    if acc.per_port:
+        alone_means = _ports_alone(cfg, trace, fmt, acc, sort, wrap, quiet) if alone else None
+        stats["memory"]["qos"].update(port_qos(acc, alone_means))
     if checker is not None:
         verdict = checker.result()
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}

@@ -454,11 +454,28 @@ class FileReplay:
     moved: int | None
 
 
+class PortAlone:
+    """One port's requests of a source as a source of its own: the port running alone, as it would without the
+    others (same timestamps), for its slowdown."""
+
+    requests = None
+
+    def __init__(self, source: RequestSource, port: int) -> None:
+        self.source, self.port = source, port
+        self.sources = source.sources
+        self.ports = (port,) if port in source.ports else ()
+
+    def open(self, port: int | None = None) -> Iterator[Batch]:
+        if port in (None, self.port) and self.ports:
+            yield from self.source.open(self.port)
+
+
 def replay_file(cfg: MemoryConfig, path: str, fmt: str, sinks: list[Sink], *, sort: bool = False,
                 wrap: bool = False, progress: bool = False, window_requests: int | None = None,
-                on_sorted: Callable[[int, int], None] | None = None) -> FileReplay:
+                on_sorted: Callable[[int, int], None] | None = None, port: int | None = None) -> FileReplay:
     """Replay the trace at `path` streaming (its batches through `StreamingReplay` into `sinks`); with `sort`
-    the trace is read whole and sorted first (`on_sorted(moved, requests)` is told before the run)."""
+    the trace is read whole and sorted first (`on_sorted(moved, requests)` is told before the run); with `port`
+    that port's requests alone (`PortAlone`)."""
     from archsim.memory import check_addresses
     from archsim.progress import progress_bar
     from archsim.trace.stream import open_source, sorted_source
@@ -473,6 +490,8 @@ def replay_file(cfg: MemoryConfig, path: str, fmt: str, sinks: list[Sink], *, so
             on_sorted(moved, source.requests)
     else:
         source, _fmt = open_source(path, fmt, check)
+    if port is not None:
+        source = PortAlone(source, port)
     with progress_bar(source.requests, "req", "replay", quiet=not progress) as bar:
         run = StreamingReplay(cfg, source, sinks, window_requests=window_requests or WINDOW_REQUESTS,
                               progress=bar.update).run()

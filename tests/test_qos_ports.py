@@ -108,3 +108,89 @@ def test_bad_shares_and_port_names_are_refused_with_their_key(arbiter, where, sa
     with pytest.raises(ConfigError) as info:
         config("HBM3", f"memory.controller.arbiter={arbiter}")
     assert info.value.where == where and says in str(info.value)
+
+
+def _hosts_trace(tmp_path, hosts=3, n=6000, seed=11):
+    """`hosts` hosts' random-read traces (paced to about a third of an HBM3 channel's rate each), merged."""
+    from archsim.trace.text_formats import write_dramsim3
+
+    rng = np.random.default_rng(seed)
+    paths = []
+    for k in range(hosts):
+        ts = np.sort(rng.integers(0, n * 2, n)).astype(np.int64)
+        address = (rng.integers(0, 1 << 24, n) * 64).astype(np.uint64)
+        paths.append(tmp_path / f"h{k}.trace")
+        write_dramsim3(paths[-1], ts, address, np.zeros(n, np.uint8))
+    merged = tmp_path / "hosts.npz"
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+
+    result = CliRunner().invoke(main, ["trace", "merge", *map(str, paths), "-o", str(merged)])
+    assert result.exit_code == 0, result.output
+    return merged, paths
+
+
+def _replay_json(tmp_path, trace, *options):
+    import json
+
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+    from archsim.resources import SOURCE_ROOT
+
+    out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
+    args = ["replay", str(trace), "--memory", str(SOURCE_ROOT / "configs/memory/hbm3.yaml"), "--json", str(out),
+            "--quiet", "--set", "memory.controller.refresh=none", *options]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())["memory"]
+
+
+def test_replay_alone_gives_each_hosts_slowdown_and_jains_fairness(tmp_path):
+    merged, paths = _hosts_trace(tmp_path)
+    shared = _replay_json(tmp_path, merged, "--alone")
+    qos = shared["qos"]
+    ports = qos["ports"]
+    assert list(ports) == ["host0", "host1", "host2"]
+    for k, name in enumerate(ports):
+        # alone is the host's own trace replayed by itself, exactly
+        alone = _replay_json(tmp_path, paths[k], "--alone")["qos"]["ports"]["host"]
+        assert ports[name]["alone_read_total_latency_cycles_mean"] == alone["read_total_latency_cycles"]["mean"]
+        assert alone["slowdown"] == 1.0
+        assert ports[name]["slowdown"] > 1.05  # the other two hosts' rows and queues stretch it
+        assert ports[name]["share_of_served"] == pytest.approx(1 / 3, abs=1e-6)
+    slowdowns = np.array([p["slowdown"] for p in ports.values()])
+    assert qos["fairness_jain"] == pytest.approx((1 / slowdowns).sum() ** 2 / (3 * ((1 / slowdowns) ** 2).sum()),
+                                                 abs=1e-6)
+    assert qos["fairness_jain"] > 0.98  # symmetric hosts under one age order
+    favored = _replay_json(tmp_path, merged, "--alone", "--set",
+                           "memory.controller.arbiter={impl: priority, favor: host0}")["qos"]
+    assert favored["ports"]["host0"]["slowdown"] < min(favored["ports"][h]["slowdown"] for h in ("host1", "host2"))
+    assert favored["fairness_jain"] < qos["fairness_jain"]
+
+
+def test_qos_targets_are_checked_per_port(tmp_path):
+    merged, _ = _hosts_trace(tmp_path, hosts=2, n=2000)
+    base = _replay_json(tmp_path, merged)
+    assert "ports" not in base["qos"]  # two ports, no targets, no --alone: the plain tree
+    p99_ns = _replay_json(tmp_path, merged, "--set", "memory.controller.qos_targets={host0: 1s}")["qos"]
+    p99 = p99_ns["ports"]["host0"]["read_total_latency_ns"]["p99"]
+    qos = _replay_json(tmp_path, merged, "--set",
+                       f"memory.controller.qos_targets={{host0: {p99 + 1}ns, host1: {p99 / 4}ns}}")["qos"]
+    assert qos["ports"]["host0"]["target_met"] is True and qos["ports"]["host1"]["target_met"] is False
+    assert qos["violations"] == ["host1"] and qos["fairness_jain"] is None  # no alone runs: no slowdowns
+
+
+def test_a_target_for_a_port_that_sent_nothing_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+    from archsim.resources import SOURCE_ROOT
+
+    merged, _ = _hosts_trace(tmp_path, hosts=2, n=500)
+    result = CliRunner().invoke(main, ["replay", str(merged), "--memory", str(SOURCE_ROOT / "configs/memory/hbm3.yaml"),
+                                       "--set", "memory.controller.qos_targets={host5: 1us}", "--json",
+                                       str(tmp_path / "x.json")])
+    assert result.exit_code == 2 and "memory.controller.qos_targets.host5" in result.output
+    assert not (tmp_path / "x.json").exists()

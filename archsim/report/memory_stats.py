@@ -15,6 +15,7 @@ import numpy as np
 from archsim.config.memory import SOURCES, MemoryConfig
 from archsim.dram.commands import COMMAND_NAMES, RD, RDA, WR, WRA
 from archsim.dram.spec import peak_bandwidth_GBps, peak_bandwidth_per_stack_GBps
+from archsim.errors import ConfigError
 from archsim.memory import ReplayResult
 from archsim.report.histogram import IntHistogram, exact_sum
 
@@ -79,6 +80,29 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.qos.bank_conflicts.<newcomer>_vs_<opener>": ("requests", "requests that found their bank open on another "
                                                                      "row opened for the given port"),
     "memory.qos.arbiter": ("-", "the port arbiter (shared, priority, wrr, reservation)"),
+    "memory.qos.ports.<source>.share_of_served": ("fraction", "this port's requests served over every port's (with "
+                                                             "--alone, qos_targets or more than two ports)"),
+    "memory.qos.ports.<source>.read_total_latency_cycles.mean": ("cycles", "this port's read latency from its "
+                                                                           "trace timestamp (front-end queueing "
+                                                                           "included): mean"),
+    "memory.qos.ports.<source>.read_total_latency_cycles.p50": ("cycles", "this port's read latency from its "
+                                                                          "trace timestamp: median"),
+    "memory.qos.ports.<source>.read_total_latency_cycles.p99": ("cycles", "this port's read latency from its "
+                                                                          "trace timestamp: 99th percentile"),
+    "memory.qos.ports.<source>.read_total_latency_ns.mean": ("ns", "read_total_latency_cycles.mean x tCK"),
+    "memory.qos.ports.<source>.read_total_latency_ns.p50": ("ns", "read_total_latency_cycles.p50 x tCK"),
+    "memory.qos.ports.<source>.read_total_latency_ns.p99": ("ns", "read_total_latency_cycles.p99 x tCK"),
+    "memory.qos.ports.<source>.alone_read_total_latency_cycles_mean": ("cycles", "with --alone: the same mean "
+                                                                                 "with this port's requests "
+                                                                                 "replayed alone"),
+    "memory.qos.ports.<source>.slowdown": ("ratio", "with --alone: read_total_latency_cycles.mean / "
+                                                    "alone_read_total_latency_cycles_mean"),
+    "memory.qos.ports.<source>.target_p99_ns": ("ns", "controller.qos_targets: the p99 this port should stay "
+                                                      "under"),
+    "memory.qos.ports.<source>.target_met": ("-", "read_total_latency_ns.p99 <= target_p99_ns"),
+    "memory.qos.fairness_jain": ("ratio", "with --alone: Jain's index over the ports' 1 / slowdown, (sum x)^2 / "
+                                          "(n sum x^2), 1 when all slow down alike; else null"),
+    "memory.qos.violations": ("-", "ports whose target_met is false"),
     "memory.banks.row_misses": ("requests", "row_misses per bank: a list per pseudo-channel (flat index, as "
                                             "the command log's) of one count per bank in the pseudo-channel"),
     "memory.banks.row_conflicts": ("requests", "row_conflicts per bank, laid out as memory.banks.row_misses"),
@@ -116,9 +140,10 @@ class MemoryStatsAccumulator:
     figures): counts by bank, port, kind, class and bank conflict (every count of the tree is a sum of these),
     exact latency sums and exact latency histograms."""
 
-    def __init__(self, cfg: MemoryConfig, sources: tuple[str, ...] = SOURCES) -> None:
+    def __init__(self, cfg: MemoryConfig, sources: tuple[str, ...] = SOURCES, *, per_port: bool = False) -> None:
         org = cfg.organization
         self.cfg = cfg
+        self.per_port = per_port  # also each port's latency from its trace timestamps (`port_qos`)
         self.injection_stall = 0
         self.read_latency = IntHistogram()  # acceptance to data
         self.read_total_latency = IntHistogram()  # trace timestamp to data
@@ -129,10 +154,12 @@ class MemoryStatsAccumulator:
         """The trace's ports (`sources`, by index), before any request is folded (a streaming replay's sink is
         told them when the trace is open)."""
         self.sources = tuple(sources)
+        self.per_port = self.per_port or len(self.sources) > 2  # several hosts: the QoS among them is the point
         # requests by [global bank, port, write?, class + 1 (-1 none, hit, miss, conflict, forwarded), bank conflict?]
         self.counts = np.zeros((self.cfg.organization.n_banks, len(sources), 2, 5, 2), dtype=np.int64)
         self.source_latency = [IntHistogram() for _ in sources]  # acceptance to data, per port
-        self.source_total_latency = [IntHistogram() for _ in sources]  # trace timestamp to data, per port
+        # trace timestamp to data, per port (a saturated trace's hold a value per cycle: kept only when asked)
+        self.source_total_latency = [IntHistogram() for _ in sources] if self.per_port else None
 
     def add(self, *, timestamp_cycles: np.ndarray, source: np.ndarray, is_write: np.ndarray,
             pseudo_channel: np.ndarray, global_bank: np.ndarray, accept_cycle: np.ndarray, done_cycle: np.ndarray,
@@ -158,7 +185,8 @@ class MemoryStatsAccumulator:
         for code in range(len(self.sources)):
             mine = read_src == code
             self.source_latency[code].add(latency[mine])
-            self.source_total_latency[code].add(total[mine])
+            if self.source_total_latency is not None:
+                self.source_total_latency[code].add(total[mine])
         channel = np.asarray(pseudo_channel, dtype=np.int64)[reads] // org.pseudo_channels
         if latency.size and int(np.abs(latency).max()) * latency.size < 2**53:  # float64 weights sum exactly
             sums = np.bincount(channel, weights=latency, minlength=org.n_channels)
@@ -315,6 +343,50 @@ def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bo
     }
 
 
+def port_qos(acc: MemoryStatsAccumulator, alone: dict[str, float] | None = None) -> dict[str, Any]:
+    """QoS among the ports that shared the memory (`memory.qos.ports`, `fairness_jain`, `violations`): each port's
+    share of the requests served and its reads' latency from their trace timestamps (queueing in the front end
+    included); with `alone` (each port's mean of that latency when it ran alone), its slowdown and Jain's
+    fairness index over 1 / slowdown; against the config's `qos_targets` (p99, ns), whether each port met its."""
+    assert acc.source_total_latency is not None, "the accumulator keeps per-port latency only when asked"
+    tck = acc.cfg.timing.tCK_ns
+    targets = dict(acc.cfg.controller.qos_targets)
+    by_port = acc.by("port")  # [port, write?, class + 1]
+    served = by_port[:, :, 1:].sum(axis=(1, 2))
+    ports: dict[str, Any] = {}
+    for code, name in enumerate(acc.sources):
+        if not by_port[code].sum():
+            continue
+        hist = acc.source_total_latency[code]
+        total = _summary(hist, ("mean", "p50", "p99"))
+        entry: dict[str, Any] = {"share_of_served": round(float(served[code] / max(served.sum(), 1)), 6),
+                                 "read_total_latency_cycles": total,
+                                 "read_total_latency_ns": {k: round(v * tck, 6) for k, v in total.items()}}
+        if alone is not None:
+            base = alone.get(name, 0.0)
+            entry["alone_read_total_latency_cycles_mean"] = round(base, 6)
+            entry["slowdown"] = round(total["mean"] / base, 6) if base > 0 and hist.n else None
+        if name in targets:
+            entry["target_p99_ns"] = targets[name]
+            entry["target_met"] = bool(total["p99"] * tck <= targets[name])
+        ports[name] = entry
+    slowdowns = [p["slowdown"] for p in ports.values() if p.get("slowdown")]
+    fairness = round(jain_index([1 / s for s in slowdowns]), 6) if alone is not None and slowdowns else None
+    missing = sorted(set(targets) - set(ports))
+    if missing:
+        raise ConfigError(f"a QoS target for port {missing[0]!r}, which sent no request (ports: "
+                          f"{', '.join(ports)})", file=acc.cfg.source_file,
+                          where=f"memory.controller.qos_targets.{missing[0]}")
+    return {"ports": ports, "fairness_jain": fairness,
+            "violations": [name for name, p in ports.items() if p.get("target_met") is False]}
+
+
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one takes everything."""
+    x = np.asarray(values, dtype=float)
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum())) if len(x) and (x**2).sum() > 0 else 1.0
+
+
 def _interference(sources: tuple[str, ...], counts: np.ndarray) -> dict[str, dict[str, int]]:
     """Row-buffer interference by port pair: rows one port opened that another closed, and requests that found
     their bank open on another port's row (`ReplayResult.qos_counts`)."""
@@ -343,6 +415,8 @@ def doc_key(dotted: str) -> str:
         parts[2] = "<channel>"
     if len(parts) >= 3 and parts[:2] == ["memory", "sources"]:
         parts[2] = "<source>"
+    if len(parts) >= 4 and parts[:3] == ["memory", "qos", "ports"]:
+        parts[3] = "<source>"
     if len(parts) == 3 and parts[:2] == ["memory", "commands"]:
         parts[2] = "<cmd>"
     if len(parts) == 4 and parts[:3] == ["memory", "qos", "row_closures"]:

@@ -330,6 +330,38 @@ def trace_convert(
                f"on {placement.devices} device(s)")
 
 
+@trace.command("merge")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The merged trace (archsim .npz: its header names the ports).")
+@click.option("--names", help="The hosts' port names, in the inputs' order (default host0,host1,...).")
+def trace_merge(paths: tuple[str, ...], output: str, names: str | None) -> None:
+    """Merge several hosts' physical traces into one trace of the memory they share: each input's host requests on
+    its own port (host0, host1, ...), its PNM requests on the shared pnm port, in timestamp order."""
+    from archsim.outputs import OutputPlan
+    from archsim.resources import display_path
+    from archsim.trace.merge import host_names, merge_batches, merged_sources
+    from archsim.trace.stream import open_source, write_batches
+
+    if len(paths) < 2:
+        raise TraceError("merge takes at least two traces", where="PATHS")
+    outputs = OutputPlan(inputs=list(paths))
+    outputs.add(output, "--output")
+    if not output.endswith(".npz"):
+        raise TraceError("the merged trace is an archsim .npz (only it names the ports)", file=output,
+                         where="--output")
+    hosts = host_names(len(paths), names)
+    inputs = [open_source(path)[0] for path in paths]
+    sources = merged_sources(inputs, hosts, paths)
+    header = {"merged_from": [display_path(p) for p in paths]}
+    written: list[tuple[int, int]] = []
+    outputs.write(output, lambda tmp: written.append(write_batches(tmp, "native", merge_batches(inputs, sources),
+                                                                   header, sources)))
+    outputs.commit()
+    n, writes = written[0]
+    click.echo(f"wrote {output}: {n:,} requests ({writes:,} writes) on ports {', '.join(sources)}")
+
+
 @trace.command("generate")
 @click.option("--model", required=True, help="Preset name (see docs/models.md).")
 @click.option("--workload", required=True, type=click.Choice(["prefill", "decode", "chat", "reasoning"]))
