@@ -60,7 +60,7 @@ def test_the_kernel_digest_covers_every_stage_and_helper_module_and_the_generate
                "archsim.controller.schedulers", "archsim.controller.schedulers.frfcfs",
                "archsim.controller.schedulers.fcfs", "archsim.controller.schedulers.round_robin",
                "archsim.controller.schedulers.activations", "archsim.controller.arbiters",
-               "archsim.controller.arbiters.wrr", "archsim.controller.arbiters.priority",
+               "archsim.controller.arbiters.wrr",
                "archsim.controller.arbiters.reservation", "archsim.controller.row_policies.closed",
                "archsim.controller.row_policies.open_cap", "archsim.controller.row_policies.timeout"}
     assert reached <= modules, reached - modules
