@@ -108,8 +108,8 @@ def _reading(ends: list) -> str:
             f"{100 * hit1:.1f} % at {n1}). With back-invalidation, which costs nothing until a block leaves the "
             f"pool, G2.5's mean TTFT goes from {coherent0:,.1f} ms at {n0} to {coherent1:,.1f} ms at {n1}; with "
             f"the presets' software coherence from {ttft0:,.1f} to {ttft1:,.1f} ms, and without sharing from "
-            f"{alone0:,.1f} to {alone1:,.1f} ms (one server keeps nothing coherent; with more, every block a "
-            f"server writes into the pool is flushed, and without sharing every request writes all of its "
+            f"{alone0:,.1f} to {alone1:,.1f} ms (one server keeps nothing coherent; with more, a server flushes "
+            f"what it wrote into the pool of every block, and without sharing every request writes all of its "
             f"blocks). Each G2.5 server reaches the pool "
             f"through one x16 port ({port_GBps:.1f} GB/s, Beluga's wiring): a mean prompt of "
             f"{prompt:,.0f} tokens writes {prompt * spec.kv_bytes_per_token / 1e9:.2f} GB of KV, {write_ms:,.1f} ms "
@@ -125,12 +125,16 @@ def _coherence_reading(end: tuple) -> str:
     coherence, units = m.get("coherence"), m.get("pnm_units")
     if not coherence or not units or not mb.get("coherence") or run.result is None:
         return "With one server nothing is kept coherent and the PNM units serve one host."
-    per_block = coherence["stall_ms"] / max(1, coherence["flushes"])
+    per_block_us = 1e3 * coherence["stall_ms"] / max(1, coherence["flushes"] + coherence["invalidations"])
+    covered = (f"the metadata line of every block it writes into the pool (the GPUs move the KV itself by DMA, "
+               f"which no CPU cache holds: `kv_data_path: dma`), {coherence['block_bytes']} B at Beluga's 6.09 us "
+               f"per 16 KiB" if run.result.spec.kv_data_path == "dma" else
+               f"every block it writes into the pool (CPUs copy the KV: `kv_data_path: cpu`), Beluga's 6.09 us per "
+               f"16 KiB over a {coherence['block_bytes'] / 2**20:.0f} MiB block")
     return (f"Several servers share the pool's blocks and PNM units. With software coherence (the default: a "
-            f"CXL 2.0 pool has nothing else) each server flushes every block it writes into the pool, Beluga's "
-            f"6.09 us per 16 KiB, {per_block:,.2f} ms for a {coherence['block_bytes'] / 2**20:.0f} MiB block of "
-            f"the model's KV: at {n} servers {coherence['flushes']:,} flushes and "
-            f"{coherence['invalidations']:,} invalidations make {coherence['stall_ms'] / 1e3:,.1f} s of stalls, "
+            f"CXL 2.0 pool has nothing else) each server flushes {covered}, {per_block_us:,.3f} us a block: at {n} "
+            f"servers {coherence['flushes']:,} flushes and {coherence['invalidations']:,} invalidations make "
+            f"{coherence['stall_ms']:,.1f} ms of stalls in all, "
             f"and G2.5's mean TTFT is {ttft:,.1f} ms against {_ttft(bi):,.1f} ms with back-invalidation, which "
             f"waits only when a block with copies in servers' caches leaves the pool or is written again "
             f"({mb['coherence']['snooped_blocks']:,} blocks, {mb['coherence']['stall_ms']:,.2f} ms). Each "
