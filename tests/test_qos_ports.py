@@ -47,6 +47,23 @@ def test_an_idle_port_does_not_hold_the_weighted_round_robins_favour():
     assert 2.2 < served[1] / served[2] < 4.0
 
 
+def test_a_host_that_joins_late_banks_no_credit_for_its_idle_time():
+    """host1 and the PNM saturate from cycle 0; host0's requests come at cycle 3,000. With equal weights the three
+    share the next 1,000 cycles about equally: served counts compared since cycle 0 would hand host0 nearly every
+    command until it caught up (5,031 against 125 and 163 reads before `rejoin`)."""
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: wrr, weights: {host0: 1, host1: 1, pnm: 1}}")
+    rng = np.random.default_rng(3)
+    n = 30_000
+    ab = cfg.organization.access_bytes
+    address = (rng.integers(0, cfg.organization.capacity_bytes // ab, n) * ab).astype(np.uint64)
+    source = np.array([1, 2] * (n // 3) + [0] * (n // 3), dtype=np.uint8)
+    ts = np.where(source == 0, 3_000, 0).astype(np.int64)
+    result = replay(cfg, Requests.build(ts, address, np.zeros(n), source, THREE))
+    window = (result.done_cycle >= 3_000) & (result.done_cycle < 4_000)
+    served = np.bincount(result.requests.source[window], minlength=3)
+    assert served.max() < 1.3 * served.min()
+
+
 def _share_of_peak(result, cfg):
     """Each port's reads served while every port is busy, as a fraction of the column-command slots (one per
     pseudo-channel every tBURST) of that time: the unit a reservation's share is given in."""
@@ -67,6 +84,15 @@ def test_per_host_reservations_give_each_reserved_host_about_its_share_of_the_sl
     assert share[0] >= 0.85 * 0.2 and share[1] >= 0.85 * 0.1
     assert share[0] > shared[0] + 0.05
     assert share[2] < 0.5 * shared[2]
+
+
+def test_an_idle_reserved_host_does_not_void_the_other_reservations():
+    """host0 is reserved 20 % but sends nothing: host1's 25 % must still hold (the shared arbiter gives it about
+    16 %). Favouring a port with nothing queued ranks no one first, so an idle reserved port that kept the favour
+    would leave the others to pure age order."""
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: reservation, shares: {host0: 0.2, host1: 0.25}}")
+    share = _share_of_peak(replay(cfg, _contention(cfg, THREE, idle=("host0",))), cfg)
+    assert share[0] == 0 and share[1] >= 0.85 * 0.25 and share[2] < share[1]
 
 
 def test_strict_priority_favours_the_named_host():
