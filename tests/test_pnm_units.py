@@ -92,3 +92,17 @@ def test_bad_input_is_refused():
         PnmUnits(2, "round_robin")
     with pytest.raises(ValueError, match="positive"):
         PnmUnits(2, "fifo").start(0.0, 0, 0.0)
+
+
+def test_a_job_finishing_as_another_starts_is_never_finished_unseen():
+    """The engine hands over the jobs done by now before it starts one (an iteration's end and a transfer's can
+    fall on the same instant): starting without that is an error, not a job lost (its iteration would never end)."""
+    units = PnmUnits(2, "fair_share")
+    units.start(10.0, 0, 0.0)
+    with pytest.raises(RuntimeError, match="not advanced"):
+        units.start(5.0, 1, 10.0)
+    units = PnmUnits(2, "fair_share")
+    first = units.start(10.0, 0, 0.0)
+    assert units.advance(10.0) == [(10.0, first)]
+    second = units.start(5.0, 1, 10.0)
+    assert units.advance(15.0) == [(15.0, second)]

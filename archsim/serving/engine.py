@@ -1446,6 +1446,7 @@ class _Engine:
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
         if work_ns > 0:
+            self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
             self.job_of[self.units.start(work_ns, int(self.spec.server_of(i)), t)] = (i, compute_ns)
             self._recheck_units()
         else:
@@ -1687,10 +1688,14 @@ class _Engine:
         """A job at the PNM units is done: the rest of its iteration follows."""
         if version != self.unit_version:
             return
+        self._units_done(t)
+        self._recheck_units()
+
+    def _units_done(self, t: float) -> None:
+        """The jobs the units finished by t: the rest of each one's iteration follows."""
         for t_done, jid in self.units.advance(t):
             i, rest_ns = self.job_of.pop(jid)
             heapq.heappush(self.iter_heap, (t_done + rest_ns, EV_ITER, i, 0))
-        self._recheck_units()
 
     def _link_check(self, version: int, t: float) -> None:
         if version != self.link_version:

@@ -46,10 +46,12 @@ class PnmUnits:
         return len(self._left)
 
     def start(self, work_ns: float, server: int, now_ns: float) -> int:
-        """A job of `work_ns` (> 0) from `server` arrives now; returns its id."""
+        """A job of `work_ns` (> 0) from `server` arrives now; returns its id. The caller `advance`s to now first:
+        a job finishing by now must be handed over, not finished unseen here."""
         if not work_ns > 0:
             raise ValueError(f"a job's work must be positive, got {work_ns} ns")
-        self._run(now_ns)
+        if self._run(now_ns):
+            raise RuntimeError(f"jobs finished by {now_ns} ns were not advanced to before a new one started")
         jid = self._next_id
         self._next_id += 1
         self._left[jid] = float(work_ns)
