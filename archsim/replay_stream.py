@@ -206,7 +206,7 @@ class StreamingReplay:
         self.a = {name: np.full(self.cap + 1, fill, dtype=dtype) for name, (dtype, fill) in _SLOT_ARRAYS.items()}
         for name, array in old.items():
             self.a[name][:self.m] = array[:self.m]
-        self.port_idx = np.zeros(len(self.sources) * (self.cap + 1), dtype=np.int64)
+        self.port_idx = np.zeros(self.cap + 1, dtype=np.int64)  # the ports' waiting slots back to back
 
     def _queued(self, m: int) -> np.ndarray:
         """Slots whose request is in a queue: a bank list (a head, or its predecessor's successor: links of a
@@ -235,12 +235,12 @@ class StreamingReplay:
 
     def _newcomers(self, kept: np.ndarray) -> Batch | None:
         """Each port's next requests, enough to top its lookahead up, merged in trace order."""
-        waiting = self.a["accept"][kept] < 0
         src = self.a["src"][kept]
+        ahead = np.bincount(src[self.a["accept"][kept] < 0], minlength=len(self.sources))
         parts: list[Batch] = []
         for port, feed in enumerate(self.feeds):
             if feed is not None and feed.more():
-                parts += feed.take(self.lookahead[port] - int(np.count_nonzero(waiting & (src == port))))
+                parts += feed.take(self.lookahead[port] - int(ahead[port]))
         parts = [p for p in parts if len(p)]
         if not parts:
             return None
@@ -311,16 +311,13 @@ class StreamingReplay:
             for queue, column in ((self.state.rq, K.PC_RQ_UNMOVED), (self.state.wq, K.PC_WQ_UNMOVED)):
                 held = np.arange(queue.shape[1]) < self.pstate[:, column, None]
                 queue[held] = _through(remap, queue[held])
-        waiting = a["accept"][:total] < 0
-        base = self.cap + 1
-        ptr = self.state.port_ptr
-        for port in range(len(self.sources)):
-            slots = np.flatnonzero(waiting & (a["src"][:total] == port))
-            first = port * base
-            self.port_idx[first:first + slots.size] = slots
-            ptr[port] = first
-            self.port_end[port + 1] = first + slots.size
-        self.scal[K.S_PTR] = total - int(np.count_nonzero(waiting))
+        waiting = np.flatnonzero(a["accept"][:total] < 0)
+        src = a["src"][waiting]
+        counts = np.bincount(src, minlength=len(self.sources))
+        self.port_idx[:waiting.size] = waiting[np.argsort(src, kind="stable")]  # each port's in trace order
+        self.port_end[1:] = np.cumsum(counts)
+        self.state.port_ptr[:] = self.port_end[1:] - counts
+        self.scal[K.S_PTR] = total - waiting.size
 
     # ---- the kernel calls
     def _limits(self, final: bool) -> tuple[int, int, bool]:
@@ -330,6 +327,7 @@ class StreamingReplay:
         view = self.m if final else self.m + 1
         tlimit, stop, guarded = int(K.INF), view, False
         waiting = self.a["accept"][:self.m] < 0
+        ahead = np.bincount(self.a["src"][:self.m][waiting], minlength=len(self.sources))
         ptr = int(self.scal[K.S_PTR])
         for port, feed in enumerate(self.feeds):
             if feed is None or not feed.more():
@@ -339,8 +337,7 @@ class StreamingReplay:
                 tlimit = min(tlimit, due)
             else:
                 guarded = True
-                ahead = int(np.count_nonzero(waiting & (self.a["src"][:self.m] == port)))
-                stop = min(stop, ptr + max(1, ahead - self.margin))
+                stop = min(stop, ptr + max(1, int(ahead[port]) - self.margin))
         return tlimit, stop, guarded
 
     def _overran(self) -> list[int]:
