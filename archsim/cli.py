@@ -210,6 +210,7 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
 
     try:
         done = replay_file(cfg, trace, fmt, sinks, sort=sort, wrap=wrap, progress=not quiet, on_sorted=say_sorted)
+        alone_means = _ports_alone(cfg, trace, fmt, acc, sort, wrap, quiet) if alone else None
     except ArchsimError as exc:
         exc.file = exc.file or trace
         raise ArchsimError(exc.detail, file=exc.file, where=exc.where) from None
@@ -218,7 +219,6 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
                          run.kernel_cache)
     stats = stats_tree(acc, figures, reproducible=reproducible)
     if acc.per_port:
-        alone_means = _ports_alone(cfg, trace, fmt, acc, sort, wrap, quiet) if alone else None
         stats["memory"]["qos"].update(port_qos(acc, alone_means))
     if checker is not None:
         verdict = checker.result()

@@ -103,8 +103,8 @@ class RefreshConfig:
 @dataclass(frozen=True)
 class ArbiterConfig:
     """Arbitration between the request ports (`ARBITERS`; the kernel's `controller/arbiters/`). Ports are named by
-    the trace's sources (`host` and `pnm`, or a version-2 trace's own table: `host0`..`host15`, `pnm`); a name the
-    replayed trace lacks is refused when the replay starts (`port_parameters`)."""
+    the trace's sources (`host` and `pnm`, or a version-2 trace's own table: `host0`, `host1`, ..., `pnm`, at most
+    65); a name the replayed trace lacks is refused when the replay starts (`port_parameters`)."""
 
     impl: str = "shared"
     favor: str = "host"  # priority: the favoured port

@@ -76,7 +76,7 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.commands.<cmd>": ("commands", "DRAM commands issued, by type (ACT, PRE, PREA, RD, WR, RDA, WRA, REF, "
                                           "REFpb)"),
     "memory.qos.row_closures.<opener>_by_<closer>": ("commands", "precharges that closed a row opened for one port "
-                                                                 "(host or pnm) to serve the other or the same"),
+                                                                 "(a host or the pnm) to serve another or the same"),
     "memory.qos.bank_conflicts.<newcomer>_vs_<opener>": ("requests", "requests that found their bank open on another "
                                                                      "row opened for the given port"),
     "memory.qos.arbiter": ("-", "the port arbiter (shared, priority, wrr, reservation)"),
@@ -111,7 +111,8 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.channels.<channel>.bandwidth_GBps": ("GB/s", "this channel's DRAM data bytes / sim.time_ns"),
     "memory.channels.<channel>.row_hit_rate": ("fraction", "row-hit rate of this channel's requests"),
     "memory.channels.<channel>.read_latency_cycles_mean": ("cycles", "mean read latency of this channel's reads"),
-    "memory.sources.<source>.requests": ("requests", "requests from this port (host or pnm)"),
+    "memory.sources.<source>.requests": ("requests", "requests from this port (a host or the pnm: the trace's "
+                                                     "sources)"),
     "memory.sources.<source>.reads": ("requests", "reads from this port"),
     "memory.sources.<source>.writes": ("requests", "writes from this port"),
     "memory.sources.<source>.bandwidth_GBps": ("GB/s", "this port's DRAM data bytes / sim.time_ns"),
@@ -148,11 +149,20 @@ class MemoryStatsAccumulator:
         self.read_latency = IntHistogram()  # acceptance to data
         self.read_total_latency = IntHistogram()  # trace timestamp to data
         self.channel_latency = [0] * org.n_channels  # reads' latency sum per channel
-        self.begin(sources)
+        self._allocate(sources)
 
     def begin(self, sources: tuple[str, ...]) -> None:
         """The trace's ports (`sources`, by index), before any request is folded (a streaming replay's sink is
-        told them when the trace is open)."""
+        told them when the trace is open); a QoS target for a port the trace has not is refused now, before the
+        run."""
+        self._allocate(sources)
+        for name, _target in self.cfg.controller.qos_targets:
+            if name not in self.sources:
+                raise ConfigError(f"a QoS target for port {name!r}, which the trace has not (its ports: "
+                                  f"{', '.join(self.sources)})", file=self.cfg.source_file,
+                                  where=f"memory.controller.qos_targets.{name}")
+
+    def _allocate(self, sources: tuple[str, ...]) -> None:
         self.sources = tuple(sources)
         self.per_port = self.per_port or len(self.sources) > 2  # several hosts: the QoS among them is the point
         # requests by [global bank, port, write?, class + 1 (-1 none, hit, miss, conflict, forwarded), bank conflict?]
