@@ -282,6 +282,22 @@ def test_a_prefill_writes_its_kv_through_once_within_its_iteration():
         assert res.link_busy_ns["pcie"] == 0
 
 
+def test_a_prefill_does_not_write_through_again_the_blocks_the_tier_below_holds():
+    """r0 and r2 share their first 200 blocks; r1 pushes r0's out of a small HBM, so r2 finds 31 of them in HBM
+    and 169 in host DRAM, and recomputes those (its link is too slow to load them). Its prefill writes down only
+    its own 800 tokens: each distinct prompt token reaches the tier once, 4,000 + 4,000 + 800 (a connector checks
+    before it saves; writing the 169 again made 11,504)."""
+    from dataclasses import replace
+
+    reqs = table([0.0, 1e9, 2e9], [4000, 4000, 4000], [1, 1, 1], session=np.array([1, 2, 3]))
+    keys = reqs.block_keys.copy()
+    first = reqs.block_offsets
+    keys[first[2]:first[2] + 200] = keys[first[0]:first[0] + 200]
+    res = simulate(replace(reqs, block_keys=keys), spec(lower="host_dram", hbm_tokens=4500, link_GBps=0.001), COST)
+    assert res.hit_blocks.tolist() == [[0, 0], [0, 0], [31, 169]]
+    assert res.tier_write_bytes[1] == (4000 + 4000 + 800) * KV_BYTES_PER_TOKEN
+
+
 class PnmVectorCost(PnmLinearCost):
     """PnmLinearCost without its vectorized stretch: the engine prices each step with iteration_pnm_ns."""
 

@@ -418,6 +418,9 @@ class _Engine:
         self.took_over = False
         self.looked_up = np.zeros(n, dtype=bool)
         self.admit_cached = np.zeros(n, dtype=np.int64)   # blocks present (hit or loaded) at admission
+        # prompt tokens, from the start, whose blocks the tier below HBM held at admission: recomputed (loading
+        # did not pay, or a recompute preemption), not written through again
+        self.below_held = np.zeros(n, dtype=np.int64)
         # a request that found no room is not looked at again until some sequence releases blocks
         self.blocked_epoch = np.full(n, -1, dtype=np.int64)
         self.release_epoch = 0
@@ -1069,6 +1072,9 @@ class _Engine:
         if not self.preemptions[r]:            # what the request found when it was admitted
             self.hit_blocks[r, self.base:] = np.bincount(hits, minlength=self.T - self.base)
         self.admit_cached[r] = cached_blocks
+        if self.base == 0 and v == 0:
+            below = hits[cached_blocks:] == 1
+            self.below_held[r] = (cached_blocks + int(np.argmin(np.append(below, False)))) * self.bt
         self._note_pinned(i, v)
         pend[v].update(seq_keys[cached_blocks:].tolist())
         self.nheld[r] = nblocks
@@ -1462,7 +1468,7 @@ class _Engine:
             rows, n, c = ids[prefill], news[prefill], cached[prefill]
             self.prefill_tokens[rows] += n
             self.prefill_pairs[rows] += n * c + n * (n + 1) // 2
-        self._iteration_writes(i, t, ids, news, prefill, work_ns + compute_ns)
+        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + compute_ns)
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
@@ -1476,12 +1482,13 @@ class _Engine:
                 if self._transfer(self.base + v, size, X_ITER, i, t):
                     self.parts_left[i] += 1
 
-    def _iteration_writes(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
-                          compute_ns: float) -> None:
+    def _iteration_writes(self, i: int, t: float, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
+                          prefill: np.ndarray, compute_ns: float) -> None:
         """The KV an iteration writes. Where it lives below HBM (a pool, a streamed tier) it crosses the link:
         prefill chunks timed, as part of the iteration; decode appends counted. A prefill chunk computed in
         HBM is written through to the tier below as it is computed, and the iteration ends when that write has
-        landed too (vLLM's KV connector: `wait_for_save` ends the forward pass), so that is its one charge."""
+        landed too (vLLM's KV connector: `wait_for_save` ends the forward pass), so that is its one charge; the
+        blocks that tier already held are not written again (a connector checks before it saves)."""
         written = news * self.kvb
         res = self.res[ids]
         timed = np.zeros(self.T)
@@ -1494,7 +1501,10 @@ class _Engine:
                 timed[self.base + v] += chunks
                 self._count_written(self.base + v, i, size - chunks)
         if self.base == 0 and self.T > 1:
-            through = float(written[(res == 0) & prefill].sum())
+            rows = (res == 0) & prefill
+            end = cached[rows] + news[rows]
+            fresh = np.maximum(0, end - np.maximum(cached[rows], self.below_held[ids[rows]]))
+            through = float(fresh.sum() * self.kvb)
             self.tier_write[1] += through
             timed[1] += through
             if through and self.pool_index == 1:       # the pool's DRAM takes it over the iteration
