@@ -201,10 +201,14 @@ def _wait_for_kill_instant(proc: subprocess.Popen, out: Path, rng: random.Random
     """A random instant that does not depend on the machine's speed: a third of the kills land during start-up
     and planning, the rest a few milliseconds after the store has grown by 1 to 3 points, i.e. among the
     commits, some of them mid-write."""
-    if rng.random() < 0.3:
-        time.sleep(rng.uniform(0.05, 1.5))
+    start_up = rng.random() < 0.3
+    before = _stored_count(out)
+    if start_up:  # at most until the first point lands: a fast machine would otherwise finish the sweep
+        deadline = time.monotonic() + rng.uniform(0.05, 1.5)
+        while proc.poll() is None and _stored_count(out) == before and time.monotonic() < deadline:
+            time.sleep(0.002)
         return
-    target = max(_stored_count(out), 0) + rng.randint(1, 3)
+    target = max(before, 0) + rng.randint(1, 3)
     deadline = time.monotonic() + 120
     while proc.poll() is None and _stored_count(out) < target and time.monotonic() < deadline:
         time.sleep(0.002)
