@@ -37,7 +37,7 @@ and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from archsim.config.overrides import apply_overrides
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError
 from archsim.inputs import check_input, read_text_input
+from archsim.limits import MAX_TOKENS
 from archsim.resources import data_path
 from archsim.section import Section
 from archsim.serving.branching import KINDS as BRANCHING_KINDS
@@ -76,6 +77,7 @@ class LengthDist:
     sigma: float = 0.0
     table_tokens: tuple[int, ...] = ()
     table_weights: tuple[float, ...] = ()
+    table_file: str | None = field(default=None, compare=False)  # empirical: the CSV it was read from
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
@@ -188,6 +190,13 @@ class Scenario:
                 "slo_ttft_ms": None if self.slo is None or self.slo.ttft_ns is None else self.slo.ttft_ns / 1e6,
                 "slo_tpot_ms": None if self.slo is None or self.slo.tpot_ns is None else self.slo.tpot_ns / 1e6}
 
+    def input_files(self) -> list[str]:
+        """Every file the scenario reads: itself, its trace, its length tables (no output may overwrite one)."""
+        dists = [self.input, self.output, self.sessions and self.sessions.turns,
+                 self.sessions and self.sessions.new_tokens, self.reasoning and self.reasoning.output]
+        files = [self.file, self.trace and self.trace.path] + [d.table_file for d in dists if d]
+        return [f for f in files if f]
+
     def requests(self, *, n_requests: int | None = None, duration_ns: float | None = None, seed: int = 0,
                  block_tokens: int = 16) -> RequestTable:
         """The requests of `n_requests` (or of every session starting before `duration_ns`), for `seed`."""
@@ -222,7 +231,7 @@ def scenario_from_mapping(tree: Any, *, file: str | None = None) -> Scenario:
     root = top.sub("scenario")
     top.done()
     base = Path(file).resolve().parent if file else Path.cwd()
-    name = root.str("name")
+    name = root.name("name")
     description = root.str("description", "")
     model = _parse_model(root.sub("model"))
     trace = _parse_trace(root.sub("requests"), base) if root.has("requests") else None
@@ -288,6 +297,8 @@ def _count(s: Section, key: str, default: Any = ...) -> int:
         value = int(value.strip()[:-1]) * 1024
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise s.error(key, f"must be a positive integer, got {value!r}")
+    if value > MAX_TOKENS:
+        raise s.error(key, f"{value:,} is beyond the largest count a scenario holds ({MAX_TOKENS:,})")
     return value
 
 
@@ -398,11 +409,14 @@ def _parse_empirical(s: Section, base: Path) -> LengthDist:
         if t <= 0 or not w > 0 or not math.isfinite(w):
             raise ConfigError(f"tokens and weight must be positive, got {line!r}", file=str(path),
                               where=f"line {number}")
+        if t > MAX_TOKENS:
+            raise ConfigError(f"{t:,} is beyond the largest count a scenario holds ({MAX_TOKENS:,})",
+                              file=str(path), where=f"line {number}")
         tokens.append(t)
         weights.append(w)
     if not tokens:
         raise ConfigError("the table has no rows", file=str(path))
-    return LengthDist("empirical", table_tokens=tuple(tokens), table_weights=tuple(weights))
+    return LengthDist("empirical", table_tokens=tuple(tokens), table_weights=tuple(weights), table_file=str(path))
 
 
 def _parse_sessions(s: Section, base: Path) -> Sessions:

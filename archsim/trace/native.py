@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import TraceError
-from archsim.inputs import check_input
+from archsim.inputs import check_input, parse_json
 from archsim.outputs import atomic_write
 
 SCHEMA = "archsim.physical_trace"
@@ -87,7 +87,9 @@ def load_physical_trace(path: str | Path) -> PhysicalTrace:
                     raise TraceError("this is a logical (tensor-level) trace; map it to requests first with "
                                      "`archsim trace convert TRACE --to native -o OUT.npz`", file=file)
                 raise TraceError("not an archsim physical trace (no header)", file=file)
-            meta = json.loads(bytes(data["header"]).decode())
+            meta = parse_json(bytes(data["header"]).decode())
+            if not isinstance(meta, dict):
+                raise TraceError("the header is not a JSON object", file=file, where="header")
             columns = {}
             for name, dtype in COLUMNS:
                 if name not in names:
@@ -100,14 +102,15 @@ def load_physical_trace(path: str | Path) -> PhysicalTrace:
         raise
     except FileNotFoundError:
         raise TraceError("no such file", file=file) from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError,
-            UnicodeDecodeError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, UnicodeDecodeError) as exc:
         raise TraceError(f"truncated or corrupted native trace ({type(exc).__name__}: {exc})", file=file) from None
     if meta.get("schema") != SCHEMA:
         raise TraceError(f"schema {meta.get('schema')!r} is not {SCHEMA!r}", file=file)
     if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
         raise TraceError(f"trace version {meta.get('version')} is newer than this archsim reads ({VERSION})",
                          file=file)
+    if not isinstance(meta.get("metadata", {}), dict):
+        raise TraceError("expected an object", file=file, where="header.metadata")
     lengths = {len(c) for c in columns.values()}
     if len(lengths) != 1 or lengths.pop() != meta.get("requests"):
         raise TraceError("column lengths disagree with the header's request count (truncated?)", file=file)
