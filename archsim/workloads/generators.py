@@ -283,9 +283,12 @@ def decode_trace(
 ) -> GeneratedTrace:
     """`steps` decode steps on `context_tokens` already in the cache (no prefill step)."""
     _positive(batch=batch, steps=steps)
-    if not 0 <= context_tokens <= _COUNT_MAX - steps:
-        raise ConfigError(f"must lie in [0, {_COUNT_MAX:,} - steps]: the cache's last token position lands in the "
-                          f"trace's int32 token columns, got {context_tokens:,}", where="context_tokens")
+    if not 0 <= context_tokens <= _COUNT_MAX - 1:
+        raise ConfigError(f"must lie in [0, {_COUNT_MAX - 1:,}]: token positions land in the trace's int32 columns, "
+                          f"got {context_tokens:,}", where="context_tokens")
+    if context_tokens + steps > _COUNT_MAX:
+        raise ConfigError(f"{context_tokens:,} cached tokens + {steps:,} steps pass {_COUNT_MAX:,}, the last token "
+                          "position the trace's int32 columns hold", where="steps")
     _check_steps(steps, "steps")
     specs = [
         StepSpec(PHASE_DECODE, 1, context_tokens + i, ((0, context_tokens + i + 1),)) for i in range(steps)
