@@ -54,6 +54,8 @@ def check_input(path: PathLike, error: type[ArchsimError] = ArchsimError) -> Pat
     text = os.fspath(path)
     if not text.strip():
         raise error("empty input path")
+    if "\0" in text:  # a path from a config file can hold one; the OS takes none
+        raise error("a path with a NUL character", file=text.replace("\0", "\\0"))
     try:
         info = os.stat(text)
     except FileNotFoundError:
@@ -123,6 +125,8 @@ def parse_json(text: str) -> object:
         return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise JSONInputError(f"not JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+    except RecursionError:  # arrays or objects nested thousands deep: no archsim tree is
+        raise JSONInputError("nested deeper than a JSON reader can follow") from None
 
 
 def read_json_input(path: PathLike, error: type[ArchsimError] = ArchsimError) -> object:

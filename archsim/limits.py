@@ -34,8 +34,8 @@ def check_fits_memory(count: int, bytes_each: int, what: str, *, where: str, fil
 
 
 def _size(n_bytes: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n_bytes < 1024 or unit == "PiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n_bytes < 1024:
             return f"{n_bytes:,.1f} {unit}" if unit != "B" else f"{int(n_bytes):,} B"
         n_bytes /= 1024
-    return f"{n_bytes:,.1f} PiB"
+    return f"{n_bytes:,.1f} PiB" if n_bytes < 1e6 else f"{n_bytes:.3g} PiB"

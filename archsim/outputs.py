@@ -133,6 +133,8 @@ class OutputPlan:
         text = os.fspath(path)
         if not text.strip():
             raise ArchsimError("empty output path", where=option)
+        if "\0" in text:
+            raise ArchsimError("a path with a NUL character", file=text.replace("\0", "\\0"), where=option)
         target = Path(text)
 
         def refuse(reason: str) -> ArchsimError:

@@ -60,7 +60,7 @@ def _check_table_size(scn: Scenario, n_requests: int | None, duration_ns: float 
     """Refuse a request count (or a duration's expected one) whose table alone exceeds this machine's memory: a
     row's columns (RequestTable) and its first prompt's block keys, a lower bound on what a run holds."""
     assert scn.input is not None
-    prompt = scn.input.mean + (scn.prefix.tokens * scn.prefix.fraction if scn.prefix else 0)
+    prompt = scn.input.least_typical + (scn.prefix.tokens * scn.prefix.fraction if scn.prefix else 0)
     row_bytes = ROW_BYTES + 8 * max(1, math.ceil(prompt / block_tokens))
     if n_requests is not None:
         check_fits_memory(n_requests, row_bytes, "requests", where="--requests")
@@ -173,6 +173,8 @@ def _assemble(scn: Scenario, shape: _Layout, starts: np.ndarray, user: np.ndarra
     think = think.copy()
     _close_the_loop(scn, shape, prev, think, rng)
     seg_offsets, ids, lens = _segments(shape.session, shape.first_row, prefix_group, user, output, prefix_tokens)
+    blocks = int(lens.sum()) // block_tokens + shape.n  # every prompt's blocks, its last partial one too
+    check_fits_memory(blocks, 8, "KV block keys of the drawn prompts", where="scenario.input", file=scn.file)
     return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
                                       turn=shape.turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
                                       seg_tokens=lens, block_tokens=block_tokens)

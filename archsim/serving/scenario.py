@@ -27,11 +27,11 @@
 
 Lengths (`input`, `output`, `sessions.turns`, `sessions.new_tokens`, `reasoning.output`): a positive integer,
 or `{dist: fixed, value}`, `{dist: uniform, min, max}` (integers, inclusive), `{dist: lognormal, median, sigma}`
-or `{dist: lognormal, mean, median}` (rounded, clipped to optional `min` (default 1) / `max`), or `{dist:
-empirical, file: F.csv}` (a `tokens,weight` or `turns,weight` CSV, relative to the scenario). Every top-level
-part carries `source:`, where its numbers come from. Turn k+1's prompt is turn k's prompt + its answer + new
-tokens; it arrives `sessions.think_time` after turn k's last token. Errors are ConfigErrors naming the file
-and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
+or `{dist: lognormal, mean, median}` (rounded, clipped to optional `min` (default 1) / `max` (default
+2^31 - 1)), or `{dist: empirical, file: F.csv}` (a `tokens,weight` or `turns,weight` CSV, relative to the
+scenario). Every top-level part carries `source:`, where its numbers come from. Turn k+1's prompt is turn k's
+prompt + its answer + new tokens; it arrives `sessions.think_time` after turn k's last token. Errors are
+ConfigErrors naming the file and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
 """
 
 from __future__ import annotations
@@ -84,21 +84,32 @@ class LengthDist:
             return np.full(n, self.value, dtype=np.int64)
         if self.kind == "uniform":
             return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
-        if self.kind == "lognormal":
+        if self.kind == "lognormal":  # without a max, clipped to the largest count a scenario holds
             x = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
-            return np.clip(x, self.low, self.high if self.high else None).astype(np.int64)
+            return np.clip(x, self.low, self.high or MAX_TOKENS).astype(np.int64)
         p = np.asarray(self.table_weights) / math.fsum(self.table_weights)
         return rng.choice(np.asarray(self.table_tokens, dtype=np.int64), size=n, p=p)
 
     @property
     def mean(self) -> float:
-        """The distribution's mean before clipping (for rates and reports)."""
+        """The distribution's mean before clipping (for rates and reports; inf beyond a float)."""
+        if self.kind == "lognormal":
+            try:
+                return math.exp(self.mu + self.sigma**2 / 2)
+            except OverflowError:
+                return math.inf
+        return self.least_typical
+
+    @property
+    def least_typical(self) -> float:
+        """A value at most the mean of what `sample` draws: a lognormal's median (below its mean, within its
+        clip), every other distribution's mean."""
         if self.kind == "fixed":
             return float(self.value)
         if self.kind == "uniform":
             return (self.low + self.high) / 2
         if self.kind == "lognormal":
-            return math.exp(self.mu + self.sigma**2 / 2)
+            return min(max(math.exp(self.mu), self.low), self.high or MAX_TOKENS)
         return float(np.dot(self.table_tokens, self.table_weights) / math.fsum(self.table_weights))
 
 
@@ -371,6 +382,8 @@ def _parse_dist(parent: Section, key: str, base: Path, *, source: bool = False) 
 
 def _parse_lognormal(s: Section) -> LengthDist:
     median = _positive(s, "median")
+    if median > MAX_TOKENS:
+        raise s.error("median", f"{median:g} is beyond the largest count a scenario holds ({MAX_TOKENS:,})")
     if s.has("sigma") == s.has("mean"):
         raise s.error("sigma", "give exactly one of sigma or mean (with median)")
     if s.has("sigma"):
@@ -548,7 +561,7 @@ def _parse_trace(s: Section, base: Path) -> TraceInput:
     try:
         check_input(path, ConfigError)
     except ConfigError as exc:
-        raise s.error("trace", f"{exc.detail}: {path}") from None
+        raise s.error("trace", f"{exc.detail}: {exc.file or path}") from None
     fmt = s.choice("format", TRACE_FORMATS)
     only = {"mooncake": ("hash_block_tokens", "time_scale"), "logical": ("think_time",)}
     for other, keys in only.items():
