@@ -22,16 +22,17 @@ from archsim.errors import ArchsimError
 PathLike = str | os.PathLike[str]
 
 
-# the files this command has opened (device, inode, path as given): archsim.outputs refuses to write over any of
-# them, also those a config names inside another (a scenario's trace, a kernel's .include). None: not recording
-_reads: list[tuple[int, int, str]] | None = None
+# the files this command has opened, by (device, inode), with the path as first given: archsim.outputs refuses to
+# write over any of them, also those a config names inside another (a scenario's trace, a kernel's .include).
+# None: not recording
+_reads: dict[tuple[int, int], str] | None = None
 
 
 @contextlib.contextmanager
 def recording_reads() -> Iterator[None]:
     """Record every input `check_input` passes while the block runs (one command)."""
     global _reads
-    outer, _reads = _reads, []
+    outer, _reads = _reads, {}
     try:
         yield
     finally:
@@ -44,9 +45,9 @@ def input_read(path: PathLike) -> str | None:
         return None
     try:
         info = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):
         return None
-    return next((given for dev, ino, given in _reads if (dev, ino) == (info.st_dev, info.st_ino)), None)
+    return _reads.get((info.st_dev, info.st_ino))
 
 
 def check_input(path: PathLike, error: type[ArchsimError] = ArchsimError) -> Path:
@@ -70,7 +71,7 @@ def check_input(path: PathLike, error: type[ArchsimError] = ArchsimError) -> Pat
     if not os.access(text, os.R_OK):
         raise error("cannot read: permission denied", file=text)
     if _reads is not None:
-        _reads.append((info.st_dev, info.st_ino, text))
+        _reads.setdefault((info.st_dev, info.st_ino), text)
     return Path(text)
 
 

@@ -155,6 +155,10 @@ def _more_files(tmp: Path) -> None:
         "system.gpus.count": list(range(1, 10**4)), "workload.batch": list(range(1, 10**4)),
         "workload.decode_steps": list(range(1, 10**4))}}}))
     (tmp / "sw.yaml").write_text(yaml.safe_dump({"sweep": SWEEP}))
+    (tmp / "deep.yaml").write_text("memory: " + "[" * 100_000 + "]" * 100_000 + "\n")  # libyaml's C stack
+    (tmp / "deep.json").write_text('{"schema": "archsim.gpu/1", "results": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    _edited(SCENARIOS / "mooncake-sample.yaml", tmp / "nul.yaml",
+            lambda t: t["scenario"]["requests"].update(trace="a\0b.jsonl"))
     ini = DRAMSIM3_INI.read_text()
     (tmp / "ddr9.ini").write_text(re.sub(r"protocol = \w+", "protocol = DDR9", ini))
     (tmp / "tck0.ini").write_text(re.sub(r"tCK = [\d.]+", "tCK = 0", ini))
@@ -327,6 +331,12 @@ CASES = [
      ["g25.yaml", "system.energy", "nope"]),
     ("simulate manifest not an object", ["simulate", "gpu-hbm", "--trace", "{t}/m-list.npz"],
      ["m-list.npz", "manifest.json", "JSON object"]),
+    # -- nesting and paths no reader can follow
+    ("replay memory nested 100,000 deep", ["replay", "{t}/ok.trace", "--memory", "{t}/deep.yaml"],
+     ["deep.yaml", "line 1", "nested about 100,001 levels"]),
+    ("report JSON nested 100,000 deep", ["report", "{t}/deep.json", "-o", "{t}/out.html"], ["deep.json", "nested"]),
+    ("serve trace path with a NUL", ["serve", "gpu-hbm", "--scenario", "{t}/nul.yaml", "--requests", "2"],
+     ["nul.yaml", "scenario.requests.trace", "NUL", "a\\0b.jsonl"]),
     # -- gpu predict
     ("gpu --tokens 10^30", ["gpu", "predict", "--shape", "hidden=8192,heads=64,kv_heads=8,ffn=28672", "--tokens",
                             str(10**30), "--tp", "1"], ["--tokens", "9,223,372,036,854,775,807"]),

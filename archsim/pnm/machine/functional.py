@@ -169,7 +169,7 @@ def check_program(program: Program, config: UnitConfig, table: IsaTable | None =
                 pc = region.first_use_pc
                 message = (f"SRAM region {region.name} [0x{region.address:x}, 0x{region.end:x}) "
                            f"(declared at {region.loc.file}:{region.loc.line}) does not fit the "
-                           f"{config.sram_size_bytes}-byte scratchpad (pnm.sram.capacity); the program needs "
+                           f"{config.sram_size_bytes}-byte scratchpad; the program needs "
                            f"{program.sram_size_bytes} bytes")
                 if pc is not None:
                     instruction = format_instruction(program.instructions[pc], table)
@@ -177,7 +177,7 @@ def check_program(program: Program, config: UnitConfig, table: IsaTable | None =
                 loc = region.loc
                 raise ProgramError(message, file=loc.file, where=f"line {loc.line}")
         raise ProgramError(f"the program needs {program.sram_size_bytes} bytes of SRAM; the unit has "
-                           f"{config.sram_size_bytes} (pnm.sram.capacity)", file=program.source)
+                           f"{config.sram_size_bytes}", file=program.source)
     for pc, instruction in enumerate(program.instructions):
         problem = None
         if instruction.mnemonic == "CFG.SHAPE":
