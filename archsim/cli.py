@@ -12,10 +12,15 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from archsim.errors import ArchsimError
+
+if TYPE_CHECKING:  # the CLI imports its subsystems lazily (archsim --help stays fast)
+    from archsim.config.memory import MemoryConfig
+    from archsim.report.memory_stats import MemoryStatsAccumulator
 
 DEBUG_ENV = "ARCHSIM_DEBUG"
 
@@ -155,6 +160,23 @@ def main() -> None:
     """archsim: cycle-approximate simulator of near-memory-processing KV-cache pools for LLM inference."""
 
 
+def _ports_alone(cfg: MemoryConfig, trace: str, fmt: str, shared: MemoryStatsAccumulator, sort: bool, wrap: bool,
+                 quiet: bool) -> dict[str, float]:
+    """Each port's requests replayed alone (`replay --alone`): the mean of its reads' latency from their trace
+    timestamps, by port name."""
+    from archsim.replay_stream import replay_file
+    from archsim.report.memory_stats import MemoryStatsAccumulator
+
+    means = {}
+    for port, name in enumerate(shared.sources):
+        if not shared.by("port")[port].sum():
+            continue
+        acc = MemoryStatsAccumulator(cfg, shared.sources, per_port=True)
+        replay_file(cfg, trace, fmt, [acc], sort=sort, wrap=wrap, progress=not quiet, port=port)
+        means[name] = acc.source_total_latency[port].mean() if acc.source_total_latency[port].n else 0.0
+    return means
+
+
 @main.command()
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--memory", "memory_path", required=True, type=click.Path(dir_okay=False),
@@ -164,7 +186,8 @@ def main() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the stats tree here.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
               help="Override a config value, e.g. memory.timing.tFAW=30ns (repeatable).")
-@click.option("--sort", is_flag=True, help="Sort requests stably by timestamp instead of refusing a decreasing one.")
+@click.option("--sort", is_flag=True, help="Sort requests stably by timestamp instead of refusing a decreasing one "
+              "(reads the whole trace first: about 18 bytes a request in memory).")
 @click.option("--wrap", is_flag=True, help="Fold addresses beyond capacity into range instead of failing.")
 @click.option("--check", is_flag=True, help="Also verify the issued command log with the protocol checker.")
 @click.option("--reproducible", is_flag=True, help="Zero the host-timing stats so the JSON is byte-identical.")
@@ -174,49 +197,55 @@ def main() -> None:
 @click.option("--timeline-window", metavar="START:END", help="Only this part of the run in the timeline (e.g. 0:20us).")
 @click.option("--timeline-requests", type=int, metavar="N",
               help="Timeline up to the completion of the first N requests.")
+@click.option("--alone", is_flag=True, help="Also replay each port's requests alone: its slowdown sharing the "
+              "memory and Jain's fairness over the ports (memory.qos; one more replay per port).")
 def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overrides: tuple[str, ...], sort: bool,
            wrap: bool, check: bool, reproducible: bool, quiet: bool, timeline_path: str | None,
-           timeline_window: str | None, timeline_requests: int | None) -> None:
-    """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats."""
+           timeline_window: str | None, timeline_requests: int | None, alone: bool) -> None:
+    """Replay a memory trace through the DRAM model and report bandwidth, latency and row-buffer stats.
+
+    The trace streams through the simulation in chunks: memory stays bounded whatever its length. --sort reads
+    it whole to sort it (about 18 bytes a request), and a --timeline without an end keeps the run's commands."""
     from archsim.config.memory import load_memory_config
-    from archsim.memory import Requests, check_addresses
-    from archsim.memory import replay as run_replay
+    from archsim.dram.checker_stream import StreamingChecker
     from archsim.outputs import OutputPlan
-    from archsim.report.memory_stats import memory_stats
+    from archsim.replay_stream import replay_file
+    from archsim.report.memory_stats import MemoryStatsAccumulator, RunFigures, port_qos, stats_tree
     from archsim.report.output import memory_summary_rows, table, write_json
-    from archsim.report.timeline import parse_window
-    from archsim.trace.text_formats import read_trace
+    from archsim.report.timeline import ReplayWindowCollector, parse_window
 
     outputs = OutputPlan(inputs=[trace, memory_path])
     outputs.add(json_path, "--json", kind="json")
     outputs.add(timeline_path, "--timeline", kind="json")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
-    physical = read_trace(trace, fmt, sort=sort)
-    if physical.header.get("sorted_requests"):
-        click.echo(f"archsim: sorted by timestamp: {physical.header['sorted_requests']:,} of {len(physical):,} "
-                   "requests moved", err=True)
-    address = check_addresses(cfg, physical.address, wrap, trace)
-    requests = Requests.build(physical.timestamp_cycles, address, physical.is_write, physical.source)
+    acc = MemoryStatsAccumulator(cfg, per_port=alone or bool(cfg.controller.qos_targets))
+    checker = StreamingChecker(cfg.organization, cfg.timing, cfg.controller.refresh.impl) if check else None
+    timeline = ReplayWindowCollector(cfg, window) if timeline_path is not None else None
+    sinks = [sink for sink in (acc, checker, timeline) if sink is not None]
+
+    def say_sorted(moved: int, n: int) -> None:
+        if moved:
+            click.echo(f"archsim: sorted by timestamp: {moved:,} of {n:,} requests moved", err=True)
+
     try:
-        result = run_replay(cfg, requests, command_log=check or timeline_path is not None, progress=not quiet)
+        done = replay_file(cfg, trace, fmt, sinks, sort=sort, wrap=wrap, progress=not quiet, on_sorted=say_sorted)
+        alone_means = _ports_alone(cfg, trace, fmt, acc, sort, wrap, quiet) if alone else None
     except ArchsimError as exc:
         exc.file = exc.file or trace
         raise ArchsimError(exc.detail, file=exc.file, where=exc.where) from None
-    stats = memory_stats(result, reproducible=reproducible)
-    if check:
-        from archsim.dram.checker import check_command_log
-
-        assert result.command_log is not None
-        verdict = check_command_log(result.command_log, cfg.organization, cfg.timing,
-                                    refresh_mode=cfg.controller.refresh.impl)
+    run = done.run
+    figures = RunFigures(run.total_cycles, run.command_counts, run.qos_counts, run.wall_s, run.compile_s,
+                         run.kernel_cache)
+    stats = stats_tree(acc, figures, reproducible=reproducible)
+    if acc.per_port:
+        stats["memory"]["qos"].update(port_qos(acc, alone_means))
+    if checker is not None:
+        verdict = checker.result()
         stats["checker"] = {"commands": verdict.checked_commands, "violations": len(verdict.violations)}
     outputs.write(json_path, lambda tmp: write_json(tmp, stats))
-    if timeline_path is not None:
-        from archsim.report.timeline import replay_timeline
-
-        timeline = replay_timeline(result, window, source=trace)
-        outputs.write(timeline_path, timeline.write)
+    if timeline is not None:
+        outputs.write(timeline_path, timeline.timeline(run.total_cycles, source=trace).write)
     outputs.commit()
     if not quiet:
         click.echo(table(memory_summary_rows(stats), title=f"archsim replay: {trace} on {memory_path}"))

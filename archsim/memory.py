@@ -179,17 +179,33 @@ def _initial_refresh_due(cfg: MemoryConfig) -> np.ndarray:
     return due
 
 
-def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: str | None) -> np.ndarray:
+def check_addresses(cfg: MemoryConfig, address: np.ndarray, wrap: bool, file: str | None,
+                    first: int = 0) -> np.ndarray:
+    """The addresses if all are within the memory; folded into it with `wrap`; else an error naming the first
+    beyond it (the addresses are requests `first`.. of the trace)."""
     capacity = cfg.organization.capacity_bytes
     over = np.nonzero(address >= np.uint64(capacity))[0]
     if over.size:
         if not wrap:
-            first = int(over[0])
-            raise TraceError(f"address {int(address[first]):#x} is beyond the memory's capacity "
+            k = int(over[0])
+            raise TraceError(f"address {int(address[k]):#x} is beyond the memory's capacity "
                              f"of {capacity:#x} bytes (pass --wrap to fold addresses into range)",
-                             file=file, where=f"request {first}")
+                             file=file, where=f"request {first + k}")
         address = address % np.uint64(capacity)
     return address
+
+
+def request_fields(cfg: MemoryConfig, address: np.ndarray) -> dict[str, np.ndarray]:
+    """What the kernel reads of each request, from its address: pseudo-channel, bank within it, row, the address
+    as int64, global bank, global bank group and global rank (`RequestArrays`)."""
+    org = cfg.organization
+    address = np.asarray(address, dtype=np.uint64)
+    dec = cfg.mapping.decode(address)
+    pc = dec.flat_pseudo_channel(org)
+    bank = dec.bank_in_pseudo_channel(org)
+    rank = pc * org.ranks + dec.rank
+    return {"pc": pc, "bank": bank, "row": dec.row, "addr": address.astype(np.int64),
+            "gb": pc * org.banks_per_pseudo_channel + bank, "bgf": rank * org.bankgroups + dec.bankgroup, "rf": rank}
 
 
 class MemorySession:
@@ -278,22 +294,11 @@ class MemorySession:
         """
         if first < self.released:
             raise ValueError(f"cannot rebind requests below {self.released}: they are released")
-        org = self.cfg.organization
         address = np.asarray(address, dtype=np.uint64)
         self.requests.address[first:last] = address
         self.requests.is_write[first:last] = np.asarray(is_write, dtype=np.uint8)
-        dec = self.cfg.mapping.decode(address)
-        pc = dec.flat_pseudo_channel(org)
-        bank = dec.bank_in_pseudo_channel(org)
-        rank = pc * org.ranks + dec.rank
-        d = self._derived
-        d["pc"][first:last] = pc
-        d["bank"][first:last] = bank
-        d["row"][first:last] = dec.row
-        d["addr"][first:last] = address.astype(np.int64)
-        d["gb"][first:last] = pc * org.banks_per_pseudo_channel + bank
-        d["bgf"][first:last] = rank * org.bankgroups + dec.bankgroup
-        d["rf"][first:last] = rank
+        for name, values in request_fields(self.cfg, address).items():
+            self._derived[name][first:last] = values
 
     def release(self, first: int, last: int, cycle: int | np.ndarray) -> None:
         """Requests [first, last) may be injected from `cycle` on (a scalar or one cycle per request)."""

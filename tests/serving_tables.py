@@ -95,6 +95,30 @@ class VectorLinearCost(LinearCost):
         return self.a_ns + self.new_ns * float(n) + self.cached_ns * cached
 
 
+@dataclass(frozen=True)
+class PnmLinearCost(LinearCost):
+    """LinearCost plus decode attention in a PNM pool's units: `pnm_ns` per cached token of the decode
+    sequences, with every instance attending at once (as the step model's table has it)."""
+
+    pnm_ns: float = 2000.0
+
+    def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray, pool_scale: float = 1.0) -> float:
+        return self.iteration_pnm_ns(cached_tokens, new_tokens, pool_scale)[0]
+
+    def iteration_pnm_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray,
+                         pool_scale: float = 1.0) -> tuple[float, float]:
+        decoding = np.asarray(new_tokens) == 1
+        pnm = self.pnm_ns * float(np.sum(np.asarray(cached_tokens)[decoding]))
+        return LinearCost.iteration_ns(self, cached_tokens, new_tokens) + pnm, pnm
+
+    def decode_steps_pnm_ns(self, cached_tokens: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """iteration_pnm_ns of `steps` decode steps at once (bit-identical to one call per step)."""
+        n = len(cached_tokens)
+        cached = (float(np.sum(cached_tokens)) + n * np.arange(steps)).astype(np.float64)
+        pnm = self.pnm_ns * cached
+        return self.a_ns + self.new_ns * float(n) + self.cached_ns * cached + pnm, pnm
+
+
 KV_BYTES_PER_TOKEN = 320 * 1024      # Llama-3.1-70B, bf16: 80 layers x 8 KV heads x 128 x 2 (K, V) x 2 B
 
 

@@ -155,8 +155,8 @@ def _more_files(tmp: Path) -> None:
         "system.gpus.count": list(range(1, 10**4)), "workload.batch": list(range(1, 10**4)),
         "workload.decode_steps": list(range(1, 10**4))}}}))
     (tmp / "sw.yaml").write_text(yaml.safe_dump({"sweep": SWEEP}))
-    (tmp / "deep.yaml").write_text("memory: " + "[" * 100_000 + "]" * 100_000 + "\n")  # libyaml's C stack
-    (tmp / "deep.json").write_text('{"schema": "archsim.gpu/1", "results": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp / "nested.yaml").write_text("memory: " + "[" * 100_000 + "]" * 100_000 + "\n")  # libyaml's C stack
+    (tmp / "nested.json").write_text('{"schema": "archsim.gpu/1", "results": ' + "[" * 100_000 + "]" * 100_000 + "}")
     _edited(SCENARIOS / "mooncake-sample.yaml", tmp / "nul.yaml",
             lambda t: t["scenario"]["requests"].update(trace="a\0b.jsonl"))
     ini = DRAMSIM3_INI.read_text()
@@ -332,9 +332,10 @@ CASES = [
     ("simulate manifest not an object", ["simulate", "gpu-hbm", "--trace", "{t}/m-list.npz"],
      ["m-list.npz", "manifest.json", "JSON object"]),
     # -- nesting and paths no reader can follow
-    ("replay memory nested 100,000 deep", ["replay", "{t}/ok.trace", "--memory", "{t}/deep.yaml"],
-     ["deep.yaml", "line 1", "nested about 100,001 levels"]),
-    ("report JSON nested 100,000 deep", ["report", "{t}/deep.json", "-o", "{t}/out.html"], ["deep.json", "nested"]),
+    ("replay memory nested 100,000 deep", ["replay", "{t}/ok.trace", "--memory", "{t}/nested.yaml"],
+     ["nested.yaml", "line 1", "nested about 100,001 levels"]),
+    ("report JSON nested 100,000 deep", ["report", "{t}/nested.json", "-o", "{t}/out.html"],
+     ["nested.json", "nested"]),
     ("serve trace path with a NUL", ["serve", "gpu-hbm", "--scenario", "{t}/nul.yaml", "--requests", "2"],
      ["nul.yaml", "scenario.requests.trace", "NUL", "a\\0b.jsonl"]),
     # -- gpu predict

@@ -13,7 +13,7 @@ from scripts.make_golden import DIGESTS, cases, digest, golden_text, replay_case
 
 pytestmark = pytest.mark.component
 
-GOLDEN_SHA256 = "119c2a0f36c82bc5150a1a0fe73d098b41668116a1142ad4ae531deae5e10952"
+GOLDEN_SHA256 = "b33fe95db3ad63fddfe4c35c4365cf16b096553ec2bf5079896622bd2a940179"
 
 CASES = cases()
 

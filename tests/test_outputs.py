@@ -79,6 +79,8 @@ COMMANDS = [
             "hbm2.ini", ".yaml"),
     Command("trace convert -o", lambda t, o: ["trace", "convert", str(t / "logical.npz"), "--to", "native",
                                               "-o", o], "logical.npz", ".npz"),
+    Command("trace merge -o", lambda t, o: ["trace", "merge", str(t / "t.trace"), str(t / "t.trace"), "-o", o],
+            "t.trace", ".npz"),
     Command("trace generate -o", lambda t, o: ["trace", "generate", "--model", "tiny-llama", "--workload",
                                                "decode", "--context", "16", "-o", o], None, ".npz"),
     Command("trace from-scenario -o", lambda t, o: ["trace", "from-scenario", "multiturn", "--requests", "20",

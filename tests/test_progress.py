@@ -62,3 +62,18 @@ def test_trace_convert_counts_every_record(bars, tmp_path):
     assert result.exit_code == 0, result.output
     (bar,) = [b for b in bars if b["desc"] == "convert"]
     assert bar["unit"] == "record" and bar["total"] > 0 and bar["counted"] == bar["total"] and bar["closed"]
+
+
+@pytest.mark.parametrize("trace", ["traces/stream_hbm2.trace", "traces/kv_decode_hbm3.npz"])
+def test_a_streaming_replay_counts_every_request(bars, tmp_path, trace):
+    args = ["replay", str(REPO / trace), "--memory", str(REPO / "configs/memory/hbm3.yaml"), "--json",
+            str(tmp_path / "s.json")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    (bar,) = [b for b in bars if b["desc"] == "replay"]
+    requests = {"traces/stream_hbm2.trace": 20_000, "traces/kv_decode_hbm3.npz": 131_200}[trace]
+    assert bar["unit"] == "req" and bar["counted"] == requests and bar["closed"] and not bar["quiet"]
+    assert bar["total"] == (None if trace.endswith(".trace") else requests)  # a text trace's length is unknown
+    bars.clear()
+    assert CliRunner().invoke(main, [*args, "--quiet"]).exit_code == 0
+    assert all(b["quiet"] for b in bars)

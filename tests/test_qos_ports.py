@@ -47,6 +47,23 @@ def test_an_idle_port_does_not_hold_the_weighted_round_robins_favour():
     assert 2.2 < served[1] / served[2] < 4.0
 
 
+def test_a_host_that_joins_late_banks_no_credit_for_its_idle_time():
+    """host1 and the PNM saturate from cycle 0; host0's requests come at cycle 3,000. With equal weights the three
+    share the next 1,000 cycles about equally: served counts compared since cycle 0 would hand host0 nearly every
+    command until it caught up (5,031 against 125 and 163 reads before `rejoin`)."""
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: wrr, weights: {host0: 1, host1: 1, pnm: 1}}")
+    rng = np.random.default_rng(3)
+    n = 30_000
+    ab = cfg.organization.access_bytes
+    address = (rng.integers(0, cfg.organization.capacity_bytes // ab, n) * ab).astype(np.uint64)
+    source = np.array([1, 2] * (n // 3) + [0] * (n // 3), dtype=np.uint8)
+    ts = np.where(source == 0, 3_000, 0).astype(np.int64)
+    result = replay(cfg, Requests.build(ts, address, np.zeros(n), source, THREE))
+    window = (result.done_cycle >= 3_000) & (result.done_cycle < 4_000)
+    served = np.bincount(result.requests.source[window], minlength=3)
+    assert served.max() < 1.3 * served.min()
+
+
 def _share_of_peak(result, cfg):
     """Each port's reads served while every port is busy, as a fraction of the column-command slots (one per
     pseudo-channel every tBURST) of that time: the unit a reservation's share is given in."""
@@ -67,6 +84,15 @@ def test_per_host_reservations_give_each_reserved_host_about_its_share_of_the_sl
     assert share[0] >= 0.85 * 0.2 and share[1] >= 0.85 * 0.1
     assert share[0] > shared[0] + 0.05
     assert share[2] < 0.5 * shared[2]
+
+
+def test_an_idle_reserved_host_does_not_void_the_other_reservations():
+    """host0 is reserved 20 % but sends nothing: host1's 25 % must still hold (the shared arbiter gives it about
+    16 %). Favouring a port with nothing queued ranks no one first, so an idle reserved port that kept the favour
+    would leave the others to pure age order."""
+    cfg = config("HBM3", *BASE, "memory.controller.arbiter={impl: reservation, shares: {host0: 0.2, host1: 0.25}}")
+    share = _share_of_peak(replay(cfg, _contention(cfg, THREE, idle=("host0",))), cfg)
+    assert share[0] == 0 and share[1] >= 0.85 * 0.25 and share[2] < share[1]
 
 
 def test_strict_priority_favours_the_named_host():
@@ -108,3 +134,89 @@ def test_bad_shares_and_port_names_are_refused_with_their_key(arbiter, where, sa
     with pytest.raises(ConfigError) as info:
         config("HBM3", f"memory.controller.arbiter={arbiter}")
     assert info.value.where == where and says in str(info.value)
+
+
+def _hosts_trace(tmp_path, hosts=3, n=6000, seed=11):
+    """`hosts` hosts' random-read traces (paced to about a third of an HBM3 channel's rate each), merged."""
+    from archsim.trace.text_formats import write_dramsim3
+
+    rng = np.random.default_rng(seed)
+    paths = []
+    for k in range(hosts):
+        ts = np.sort(rng.integers(0, n * 2, n)).astype(np.int64)
+        address = (rng.integers(0, 1 << 24, n) * 64).astype(np.uint64)
+        paths.append(tmp_path / f"h{k}.trace")
+        write_dramsim3(paths[-1], ts, address, np.zeros(n, np.uint8))
+    merged = tmp_path / "hosts.npz"
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+
+    result = CliRunner().invoke(main, ["trace", "merge", *map(str, paths), "-o", str(merged)])
+    assert result.exit_code == 0, result.output
+    return merged, paths
+
+
+def _replay_json(tmp_path, trace, *options):
+    import json
+
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+    from archsim.resources import SOURCE_ROOT
+
+    out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.json"
+    args = ["replay", str(trace), "--memory", str(SOURCE_ROOT / "configs/memory/hbm3.yaml"), "--json", str(out),
+            "--quiet", "--set", "memory.controller.refresh=none", *options]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text())["memory"]
+
+
+def test_replay_alone_gives_each_hosts_slowdown_and_jains_fairness(tmp_path):
+    merged, paths = _hosts_trace(tmp_path)
+    shared = _replay_json(tmp_path, merged, "--alone")
+    qos = shared["qos"]
+    ports = qos["ports"]
+    assert list(ports) == ["host0", "host1", "host2"]
+    for k, name in enumerate(ports):
+        # alone is the host's own trace replayed by itself, exactly
+        alone = _replay_json(tmp_path, paths[k], "--alone")["qos"]["ports"]["host"]
+        assert ports[name]["alone_read_total_latency_cycles_mean"] == alone["read_total_latency_cycles"]["mean"]
+        assert alone["slowdown"] == 1.0
+        assert ports[name]["slowdown"] > 1.05  # the other two hosts' rows and queues stretch it
+        assert ports[name]["share_of_served"] == pytest.approx(1 / 3, abs=1e-6)
+    slowdowns = np.array([p["slowdown"] for p in ports.values()])
+    assert qos["fairness_jain"] == pytest.approx((1 / slowdowns).sum() ** 2 / (3 * ((1 / slowdowns) ** 2).sum()),
+                                                 abs=1e-6)
+    assert qos["fairness_jain"] > 0.98  # symmetric hosts under one age order
+    favored = _replay_json(tmp_path, merged, "--alone", "--set",
+                           "memory.controller.arbiter={impl: priority, favor: host0}")["qos"]
+    assert favored["ports"]["host0"]["slowdown"] < min(favored["ports"][h]["slowdown"] for h in ("host1", "host2"))
+    assert favored["fairness_jain"] < qos["fairness_jain"]
+
+
+def test_qos_targets_are_checked_per_port(tmp_path):
+    merged, _ = _hosts_trace(tmp_path, hosts=2, n=2000)
+    base = _replay_json(tmp_path, merged)
+    assert "ports" not in base["qos"]  # two ports, no targets, no --alone: the plain tree
+    p99_ns = _replay_json(tmp_path, merged, "--set", "memory.controller.qos_targets={host0: 1s}")["qos"]
+    p99 = p99_ns["ports"]["host0"]["read_total_latency_ns"]["p99"]
+    qos = _replay_json(tmp_path, merged, "--set",
+                       f"memory.controller.qos_targets={{host0: {p99 + 1}ns, host1: {p99 / 4}ns}}")["qos"]
+    assert qos["ports"]["host0"]["target_met"] is True and qos["ports"]["host1"]["target_met"] is False
+    assert qos["violations"] == ["host1"] and qos["fairness_jain"] is None  # no alone runs: no slowdowns
+
+
+def test_a_target_for_a_port_that_sent_nothing_is_refused(tmp_path):
+    from click.testing import CliRunner
+
+    from archsim.cli import main
+    from archsim.resources import SOURCE_ROOT
+
+    merged, _ = _hosts_trace(tmp_path, hosts=2, n=500)
+    result = CliRunner().invoke(main, ["replay", str(merged), "--memory", str(SOURCE_ROOT / "configs/memory/hbm3.yaml"),
+                                       "--set", "memory.controller.qos_targets={host5: 1us}", "--json",
+                                       str(tmp_path / "x.json")])
+    assert result.exit_code == 2 and "memory.controller.qos_targets.host5" in result.output
+    assert not (tmp_path / "x.json").exists()

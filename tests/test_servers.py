@@ -17,7 +17,7 @@ from archsim.serving.metrics import summarize
 from archsim.serving.run import model_limits
 from archsim.serving.scenario import load_scenario
 from archsim.system.config import load_system_config
-from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, spec
+from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, poisson, spec, table
 
 pytestmark = pytest.mark.component
 
@@ -80,6 +80,8 @@ def test_a_16_server_system_serves_16_instances_each_on_its_own_port(system):
     (("system.servers=3",), "system.servers", "do not split evenly over 3 servers"),
     (("system.servers=32",), "system.serving.tensor_parallel", "an instance stays in one of the 32 servers"),
     (("system.serving.instances=8",), "system.serving.instances", "8 instances do not split evenly"),
+    (("system.pool.coherence=directory",), "system.pool.coherence", "software, back_invalidate"),
+    (("system.pool.pnm.scheduling=round_robin",), "system.pool.pnm.scheduling", "fifo, fair_share"),
 ])
 def test_a_bad_split_over_servers_is_one_error_at_its_key(overrides, where, words):
     with pytest.raises(ConfigError) as err:
@@ -104,7 +106,8 @@ def test_a_server_with_no_route_to_the_pool_is_named():
 def _two_server_loads(rate_per_s: float):
     """Prefills writing 2,000 tokens of KV each into a PNM pool, two instances on two servers with 8 GB/s ports
     and a 10 GB/s shared pool side: the writes queue on the pool side as the rate rises."""
-    sp = spec(lower="pool", kv_home=1, link_GBps=10.0, instances=2, servers=2)
+    # back-invalidation: no block is rewritten or evicted, so coherence costs nothing and the links decide
+    sp = spec(lower="pool", kv_home=1, link_GBps=10.0, instances=2, servers=2, coherence="back_invalidate")
     sp = replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=8.0)))
     cost = LinearCost(a_ns=1e5, new_ns=1e3, cached_ns=0.0)   # compute far below the write: the links decide
     return simulate(poisson(400, rate_per_s, 2000, 2, seed=3), sp, cost)
@@ -142,3 +145,118 @@ def test_per_server_figures_partition_the_run():
     rates = np.array([s["throughput_tokens_per_s"] for s in servers])
     assert entry["server_fairness"] == pytest.approx(rates.sum() ** 2 / (16 * (rates ** 2).sum()), rel=1e-12)
     assert 0.8 < entry["server_fairness"] <= 1.0              # round robin spreads the load evenly
+
+
+def _coherence_runs(scheme: str, data_path: str = "cpu"):
+    """Five one-token requests, a second apart, round robin over two instances on a PNM pool of 8 blocks of
+    16 KiB (so each block costs exactly coherence.py's per-block figures with CPU-copied data, and its metadata
+    line's with DMA): r0 (server 0) writes a 4-block prefix
+    and a block of its own; r1 (server 1) reads the prefix in place and writes one block; r2 (server 0) fills the
+    pool, evicting all six; r3 (server 1) writes the prefix again, a new version, and its block, evicting five
+    of r2's; r4 (server 0) reads the prefix, whose copy it holds is the old version, and writes one block,
+    evicting one more of r2's. The same requests on one server are the reference: it pays nothing."""
+    prefix = 64
+    reqs = table(np.arange(5) * 1e9, [prefix + 16, prefix + 16, 128, prefix + 16, prefix + 16], [1] * 5,
+                 prefix_tokens=prefix, session=np.arange(1, 6))
+    reqs = replace(reqs, block_keys=np.where(np.repeat(np.arange(5), np.diff(reqs.block_offsets)) == 2,
+                                             reqs.block_keys ^ np.uint64(0xABCDEF), reqs.block_keys))  # r2: its own
+    sp = spec(lower="pool", kv_home=1, instances=2, servers=2, coherence=scheme, kv_bytes_per_token=1024,
+              kv_data_path=data_path)
+    sp = replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], capacity_bytes=8 * 16 * 1024, server_link_GBps=25.0)))
+    cost = LinearCost()
+    return simulate(reqs, sp, cost), simulate(reqs, replace(sp, servers=1), cost)
+
+
+@pytest.mark.parametrize("data_path", ["cpu", "dma"])
+@pytest.mark.parametrize("scheme", ["software", "back_invalidate"])
+def test_a_prefix_shared_across_servers_costs_exactly_the_schemes_per_block_figures(scheme, data_path):
+    """CPU-copied KV: every line of a block is flushed, invalidated or snooped (the measured per-16 KiB figures);
+    DMA-moved KV, which no CPU cache holds: the block's metadata line alone (1/256 of them, one snoop pair)."""
+    from archsim.serving.coherence import CoherenceCosts
+
+    measured = CoherenceCosts()
+    assert measured.block_bytes == 16 * 1024
+    costs = measured.for_block(measured.block_bytes if data_path == "cpu" else measured.line_bytes)
+    two, one = _coherence_runs(scheme, data_path)
+    assert two.completed.all() and list(two.instance) == [0, 1, 0, 1, 0]
+    assert list(two.hit_blocks[:, 1]) == [0, 4, 0, 0, 4]       # r1 and r4 find the prefix; r3 finds it evicted
+    flush, inval, snoop = costs.flush_ns, costs.invalidate_ns, costs.snoop_ns
+    if data_path == "dma":
+        assert flush == pytest.approx(measured.flush_ns / 256) and snoop == measured.round_trip_ns
+    if scheme == "software":   # flushes of what each writes; r4 invalidates its 4 stale prefix blocks first
+        owed = [5 * flush, flush, 8 * flush, 5 * flush, flush + 4 * inval]
+    else:                      # snoops of the blocks each eviction takes from their holders' caches
+        owed = [0.0, 0.0, 6 * snoop, 5 * snoop, snoop]
+    ttft_two = two.first_token_ns - two.arrival_ns
+    ttft_one = one.first_token_ns - one.arrival_ns
+    assert ttft_two - ttft_one == pytest.approx(owed, abs=1e-6)
+    assert one.coherence is None and "coherence" not in summarize(one)   # one server: nothing to keep coherent
+    c = summarize(two)["coherence"]
+    lines = costs.block_bytes // measured.line_bytes
+    if scheme == "software":
+        assert (c["flushes"], c["invalidations"], c["snooped_blocks"]) == (20, 4, 0)
+        assert (c["messages"], c["bytes"]) == (20 * lines + 4 * costs.invalidate_messages, 20 * costs.block_bytes)
+    else:  # r2's eviction: the prefix from both servers' caches, r0's and r1's blocks from their writers'
+        assert (c["flushes"], c["invalidations"], c["snooped_blocks"], c["snooped_copies"]) == (0, 0, 12, 16)
+        assert (c["messages"], c["bytes"]) == (16 * 2 * lines, 16 * 2 * lines * measured.message_bytes)
+        # the snoops and responses cross each holder's port and the pool's side (a software flush's bytes are
+        # the written block's own, on the links already): server 1 held 5 blocks, server 0 11
+        software, _ = _coherence_runs("software", data_path)
+        extra = {name: two.link_bytes[name] - software.link_bytes[name] for name in two.link_bytes}
+        flits = 2 * lines * measured.message_bytes
+        assert extra == {"cxl": 16 * flits, "cxl (server0)": 11 * flits, "cxl (server1)": 5 * flits}
+    assert c["stall_ms"] == pytest.approx(sum(owed) / 1e6, rel=1e-12)
+    per_server = [s["coherence"]["stall_ms"] for s in summarize(two)["servers"]]
+    assert per_server == pytest.approx([sum(owed[0::2]) / 1e6, sum(owed[1::2]) / 1e6], rel=1e-12)
+
+
+def _pnm_runs(scheduling: str, prompts: tuple[int, int], servers: int = 2, gap_ns: float | None = None):
+    """Two one-decode-step requests on two instances of a PNM pool home, their prompts' prefills timed to end
+    together (or `gap_ns` apart), so their decode steps' attention meets at the pool's units."""
+    from tests.serving_tables import PnmLinearCost
+
+    cost = PnmLinearCost()
+    prefill = [cost.a_ns + cost.new_ns * p for p in prompts]
+    start = prefill[0] - prefill[1] if gap_ns is None else prefill[0] - prefill[1] + gap_ns
+    reqs = table([0.0, start], list(prompts), [2, 2])
+    sp = spec(lower="pool", kv_home=1, link_GBps=100.0, instances=2, servers=servers, coherence="back_invalidate",
+              pnm_scheduling=scheduling)
+    sp = replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=100.0)))
+    res = simulate(reqs, sp, cost)
+    assert res.completed.all() and list(res.instance) == [0, 1]
+    step = res.last_token_ns - res.first_token_ns                      # the one decode step
+    rest = np.array([cost.a_ns + cost.new_ns + cost.cached_ns * p for p in prompts])   # everything but attention
+    work = np.array([cost.pnm_ns * p for p in prompts]) / 2            # the table's attention over 2 instances
+    return res, step, rest, work
+
+
+@pytest.mark.parametrize("scheduling", ["fifo", "fair_share"])
+def test_two_servers_decode_jobs_queue_at_the_shared_pnm_units(scheduling):
+    res, step, rest, work = _pnm_runs(scheduling, (1600, 160))       # the long job is first in line
+    long, short = work
+    if scheduling == "fifo":       # the short one waits for the long one's whole work
+        assert step == pytest.approx([rest[0] + long, rest[1] + long + short], rel=1e-12)
+        waits = [0.0, long]
+    else:                          # both at half rate until the short one leaves: each waits the short one's work
+        assert step == pytest.approx([rest[0] + long + short, rest[1] + 2 * short], rel=1e-12)
+        waits = [short, short]
+    units = summarize(res)["pnm_units"]
+    assert units["scheduling"] == scheduling and units["jobs"] == 2
+    per_server = [s["pnm_units"] for s in summarize(res)["servers"]]
+    assert [s["queueing_ms_total"] for s in per_server] == pytest.approx(np.array(waits) / 1e6, rel=1e-12)
+    # equal jobs together under fair share: each step lasts the table's price (both instances attending at once)
+    res, step, rest, work = _pnm_runs(scheduling, (800, 800))
+    table_price = rest + 2 * work
+    assert step == pytest.approx(table_price if scheduling == "fair_share" else rest + [work[0], 2 * work[1]],
+                                 rel=1e-12)
+
+
+def test_a_server_alone_at_the_pnm_units_waits_nothing_and_one_server_keeps_the_tables_price():
+    # the second request's decode step long after the first's: each job alone, its own attention only
+    res, step, rest, work = _pnm_runs("fifo", (800, 800), gap_ns=1e9)
+    assert step == pytest.approx(rest + work, rel=1e-12)
+    units = summarize(res)["pnm_units"]
+    assert units["jobs"] == 2 and units["queueing_ms_total"] == 0.0
+    # one server: no units modelled, every step at the table's price (every instance attending at once)
+    res, step, rest, work = _pnm_runs("fifo", (800, 800), servers=1, gap_ns=1e9)
+    assert step == pytest.approx(rest + 2 * work, rel=1e-12) and "pnm_units" not in summarize(res)

@@ -9,7 +9,16 @@ import pytest
 from archsim.errors import ArchsimError, ConfigError
 from archsim.serving import engine
 from archsim.serving.engine import REJECT_CAPACITY, REJECT_CONTEXT, REJECT_PREVIOUS, simulate
-from tests.serving_tables import KV_BYTES_PER_TOKEN, LinearCost, VectorLinearCost, poisson, sessions, spec, table
+from tests.serving_tables import (
+    KV_BYTES_PER_TOKEN,
+    LinearCost,
+    PnmLinearCost,
+    VectorLinearCost,
+    poisson,
+    sessions,
+    spec,
+    table,
+)
 
 pytestmark = pytest.mark.component
 
@@ -273,8 +282,37 @@ def test_a_prefill_writes_its_kv_through_once_within_its_iteration():
         assert res.link_busy_ns["pcie"] == 0
 
 
+def test_a_prefill_does_not_write_through_again_the_blocks_the_tier_below_holds():
+    """r0 and r2 share their first 200 blocks; r1 pushes r0's out of a small HBM, so r2 finds 31 of them in HBM
+    and 169 in host DRAM, and recomputes those (its link is too slow to load them). Its prefill writes down only
+    its own 800 tokens: each distinct prompt token reaches the tier once, 4,000 + 4,000 + 800 (a connector checks
+    before it saves; writing the 169 again made 11,504)."""
+    from dataclasses import replace
+
+    reqs = table([0.0, 1e9, 2e9], [4000, 4000, 4000], [1, 1, 1], session=np.array([1, 2, 3]))
+    keys = reqs.block_keys.copy()
+    first = reqs.block_offsets
+    keys[first[2]:first[2] + 200] = keys[first[0]:first[0] + 200]
+    res = simulate(replace(reqs, block_keys=keys), spec(lower="host_dram", hbm_tokens=4500, link_GBps=0.001), COST)
+    assert res.hit_blocks.tolist() == [[0, 0], [0, 0], [31, 169]]
+    assert res.tier_write_bytes[1] == (4000 + 4000 + 800) * KV_BYTES_PER_TOKEN
+
+
+class PnmVectorCost(PnmLinearCost):
+    """PnmLinearCost without its vectorized stretch: the engine prices each step with iteration_pnm_ns."""
+
+    decode_steps_pnm_ns = None
+
+
+def _on_ports(sp, port_GBps: float = 16.0):
+    """The spec's lower tier reached by each server over a port of its own."""
+    return replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=port_GBps)))
+
+
 def _servers_spec(pool_side_GBps: float, port_GBps: float = 4.0, servers: int = 2):
-    sp = spec(lower="pool", kv_home=1, link_GBps=pool_side_GBps, instances=2, servers=servers)
+    # back-invalidation: nothing here is rewritten or evicted, so coherence costs nothing and the links decide
+    sp = spec(lower="pool", kv_home=1, link_GBps=pool_side_GBps, instances=2, servers=servers,
+              coherence="back_invalidate")
     return replace(sp, tiers=(sp.tiers[0], replace(sp.tiers[1], server_link_GBps=port_GBps)))
 
 
@@ -436,7 +474,8 @@ def test_disaggregation_prefills_on_one_side_and_decodes_on_the_other(home):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("system", ["hbm", "pool", "roomy-pool", "roomy-pool-one-turn", "pool-then-arrival",
-                                    "stream-head", "swap", "disaggregated"])
+                                    "stream-head", "swap", "disaggregated", "servers-software", "servers-bi",
+                                    "servers-hbm", "servers-pnm-fifo", "servers-pnm-fair"])
 def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system, monkeypatch):
     reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31)
     if system == "roomy-pool-one-turn":
@@ -445,6 +484,8 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
         reqs = table([0.0, 1e9], [160, 16 * 700], [16 * 400, 10])
     elif system == "stream-head":
         reqs = table([0.0, 1e6, 2e6, 3e6], [8000, 100, 100, 8000], [50, 3000, 1, 10])
+    elif system.startswith("servers"):   # a prefix every session shares, read and rewritten on both servers
+        reqs = sessions(40, 3, 4.0, 600, 100, 150, 1e9, seed=31, prefix_tokens=256)
     sp = {"hbm": spec(instances=2, router="prefix", lower="host_dram", hbm_tokens=6000),
           "pool": spec(instances=2, lower="pool", kv_home=1, lower_tokens=8000),
           # a pool that never fills: the instances' decode stretches no longer wait for each other
@@ -456,11 +497,25 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
           "stream-head": spec(instances=2, lower="host_dram", hbm_tokens=4000, lower_tokens=14000),
           "swap": spec(lower="host_dram", hbm_tokens=5000, preemption="swap"),
           "disaggregated": spec(instances=3, disaggregated=True, prefill_instances=1, lower="host_dram",
-                                hbm_tokens=6000)}[system]
-    fast = simulate(reqs, sp, COST, record=True)
-    vector = simulate(reqs, sp, VectorLinearCost())          # the cost's own vectorized decode stretch
+                                hbm_tokens=6000),
+          # two servers on a small pool: coherence owed by the blocks decode starts, evictions, rewrites, stale
+          # copies invalidated
+          "servers-software": _on_ports(spec(instances=2, servers=2, lower="pool", kv_home=1, lower_tokens=20000)),
+          "servers-bi": _on_ports(spec(instances=2, servers=2, lower="pool", kv_home=1, lower_tokens=20000,
+                                       coherence="back_invalidate")),
+          # ... HBM homes whose evictions demote into the pool
+          "servers-hbm": _on_ports(spec(instances=2, servers=2, lower="pool", hbm_tokens=6000, lower_tokens=9000)),
+          # ... decode attention as jobs at the pool's shared PNM units
+          "servers-pnm-fifo": _on_ports(spec(instances=2, servers=2, lower="pool", kv_home=1, lower_tokens=20000,
+                                             pnm_scheduling="fifo")),
+          "servers-pnm-fair": _on_ports(spec(instances=3, servers=3, lower="pool", kv_home=1, lower_tokens=20000,
+                                             coherence="back_invalidate"))
+          }[system]
+    cost, vectorized = (PnmLinearCost(), PnmVectorCost()) if "pnm" in system else (COST, VectorLinearCost())
+    fast = simulate(reqs, sp, cost, record=True)
+    vector = simulate(reqs, sp, vectorized)                  # the cost's own vectorized decode stretch
     monkeypatch.setattr(engine._Engine, "fast_decode", False)
-    slow = simulate(reqs, sp, COST, record=True)
+    slow = simulate(reqs, sp, cost, record=True)
     # the recorded iterations and transfers (serve --timeline) are the event path's, one by one
     assert fast.activity["links"] == slow.activity["links"]
     for key, column in fast.activity.items():
@@ -476,3 +531,9 @@ def test_the_decode_fast_path_runs_the_same_iterations_at_the_same_times(system,
     assert (fast.iterations, fast.tokens_emitted, fast.link_bytes) == (slow.iterations, slow.tokens_emitted,
                                                                        slow.link_bytes)
     assert fast.utilization == slow.utilization               # the pool DRAM's bytes over time too, step by step
+    assert fast.coherence == slow.coherence                   # several servers: what they owed, block by block
+    assert fast.pnm_units == slow.pnm_units
+    if "pnm" in system:
+        assert fast.pnm_units["queueing_ms_total"] > 0
+    if system.startswith("servers"):
+        assert fast.coherence["stall_ms"] > 0 and (system != "servers-software" or fast.coherence["invalidations"])

@@ -60,7 +60,7 @@ def test_the_kernel_digest_covers_every_stage_and_helper_module_and_the_generate
                "archsim.controller.schedulers", "archsim.controller.schedulers.frfcfs",
                "archsim.controller.schedulers.fcfs", "archsim.controller.schedulers.round_robin",
                "archsim.controller.schedulers.activations", "archsim.controller.arbiters",
-               "archsim.controller.arbiters.wrr", "archsim.controller.arbiters.priority",
+               "archsim.controller.arbiters.wrr",
                "archsim.controller.arbiters.reservation", "archsim.controller.row_policies.closed",
                "archsim.controller.row_policies.open_cap", "archsim.controller.row_policies.timeout"}
     assert reached <= modules, reached - modules
@@ -84,3 +84,21 @@ def test_each_variant_has_its_own_digest_and_the_lowering_counts():
     assert plain["visit"].py_func.__name__ != general["visit"].py_func.__name__
     assert source_digest(kernel._kernel, general) != digest
     assert len(digest) == 12 and int(digest, 16) >= 0
+
+
+def test_the_kernel_digest_covers_the_codes_module_whose_row_lengths_the_lowering_bakes_in(monkeypatch):
+    """No kernel function names FLAT_ARRAYS, yet the lowering compiles its row lengths into them: a change there
+    alone must compile anew, so the name's digest covers controller/codes.py whole."""
+    import inspect
+
+    from archsim.controller import codes
+
+    constants = kernel.variant_globals(kernel.KernelVariant())
+    modules = (kernel.index_lowering, codes, sys.modules[kernel.__name__])
+    before = source_digest(kernel._kernel, constants, extra_modules=modules)
+    real = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource",
+                        lambda obj: real(obj).replace('"pport": ("ports", PP_COLUMNS)', '"pport": ("ports", 6)')
+                        if obj is codes else real(obj))
+    assert source_digest(kernel._kernel, constants, extra_modules=modules) != before
+    assert kernel._variant.__wrapped__(kernel.KernelVariant())[1] != kernel._variant(kernel.KernelVariant())[1]

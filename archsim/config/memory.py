@@ -39,6 +39,7 @@ from archsim.dram.spec import Organization, Timing, parse_organization, parse_ti
 from archsim.errors import ConfigError
 from archsim.registry import Registry
 from archsim.section import Section
+from archsim.units import parse_time_ns
 
 # The kernel holds each queue as arrays of depth x pseudo-channels int64 entries; real controllers queue 32-128
 # requests, and 65,536 keeps a queue's arrays within tens of MB on the largest preset instead of TiB.
@@ -102,8 +103,8 @@ class RefreshConfig:
 @dataclass(frozen=True)
 class ArbiterConfig:
     """Arbitration between the request ports (`ARBITERS`; the kernel's `controller/arbiters/`). Ports are named by
-    the trace's sources (`host` and `pnm`, or a version-2 trace's own table: `host0`..`host15`, `pnm`); a name the
-    replayed trace lacks is refused when the replay starts (`port_parameters`)."""
+    the trace's sources (`host` and `pnm`, or a version-2 trace's own table: `host0`, `host1`, ..., `pnm`, at most
+    65); a name the replayed trace lacks is refused when the replay starts (`port_parameters`)."""
 
     impl: str = "shared"
     favor: str = "host"  # priority: the favoured port
@@ -129,6 +130,8 @@ class ControllerConfig:
     frontend_delay_cycles: int
     write_queue_forwarding: bool  # reads of a queued write's address are served from it; repeated writes merge
     bank_queue_depth: int  # 0: the scheduler sees the whole queue; >0: per-bank command queues fed 1/cycle
+    # per port, the 99th percentile of its reads' latency from the trace timestamp it should not exceed (ns)
+    qos_targets: tuple[tuple[str, float], ...] = ()
 
     def summary_items(self) -> list[tuple[str, object]]:
         """Every value under the flat names `archsim config show --resolved` prints."""
@@ -142,7 +145,8 @@ class ControllerConfig:
                 ("reservation_burst", a.burst), ("age_cap_cycles", a.age_cap_cycles),
                 ("refresh_stagger", f.stagger), ("refresh_holds_columns", f.holds_columns),
                 ("frontend_delay_cycles", self.frontend_delay_cycles),
-                ("write_queue_forwarding", self.write_queue_forwarding), ("bank_queue_depth", self.bank_queue_depth)]
+                ("write_queue_forwarding", self.write_queue_forwarding), ("bank_queue_depth", self.bank_queue_depth),
+                ("qos_targets_ns", dict(self.qos_targets))]
 
 
 @dataclass(frozen=True)
@@ -187,11 +191,12 @@ def parse_controller(section: Section) -> ControllerConfig:
     delay = section.int("frontend_delay_cycles", 1, minimum=1)
     forward = section.bool("write_queue_forwarding", True)
     bank_queue_depth = section.int("bank_queue_depth", 0, minimum=0, maximum=MAX_QUEUE_DEPTH)
+    qos_targets = _parse_qos_targets(section)
     section.done()
     return ControllerConfig(read_queue_depth=rq, write_queue_depth=wq, scheduler=scheduler, row_policy=row_policy,
                             write_drain=write_drain, refresh=refresh_cfg, arbiter=arbiter,
                             frontend_delay_cycles=delay, write_queue_forwarding=forward,
-                            bank_queue_depth=bank_queue_depth)
+                            bank_queue_depth=bank_queue_depth, qos_targets=qos_targets)
 
 
 def _parse_row_policy(section: Section) -> RowPolicyConfig:
@@ -240,6 +245,21 @@ def _parse_arbiter(section: Section) -> ArbiterConfig:
 def is_port_name(name: object) -> bool:
     """A request port's name: `pnm`, `host`, or `host<k>` (one of several hosts sharing the memory)."""
     return isinstance(name, str) and (name in SOURCES or re.fullmatch(r"host\d{1,3}", name) is not None)
+
+
+def _parse_qos_targets(section: Section) -> tuple[tuple[str, float], ...]:
+    """`qos_targets: {host0: 500ns, pnm: 2us}`: per port, the 99th-percentile read latency (from its trace
+    timestamp) it should stay under; the replay reports each port's and the violations."""
+    sub = section.sub("qos_targets", {})
+    targets = []
+    for name in sub.data:
+        _port_name(sub, name, name)
+        value = sub.parsed(name, parse_time_ns)
+        if value <= 0:
+            raise sub.error(name, f"a latency target must be positive, got {value:g} ns")
+        targets.append((name, value))
+    sub.done()
+    return tuple(targets)
 
 
 def _port_name(section: Section, key: str, name: object) -> str:

@@ -109,7 +109,7 @@ def read_yaml(path: str | Path) -> Any:
 def _parse(text: str, file: str) -> Any:
     depth, line = _nesting(text)
     if depth > MAX_NESTING:
-        raise ConfigError(f"nested about {depth} levels deep; a config nests at most {MAX_NESTING}", file=file,
+        raise ConfigError(f"nested about {depth:,} levels deep; a config nests at most {MAX_NESTING}", file=file,
                           where=f"line {line}")
     try:
         try:

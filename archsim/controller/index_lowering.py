@@ -37,10 +37,19 @@ from archsim.controller.codes import FLAT_ARRAYS
 from archsim.jit import njit
 
 
+def _constant(node: ast.expr) -> bool:
+    """A literal, a module constant (the kernel's CAPITALIZED codes) or arithmetic of them: LLVM folds it, and its
+    negative-index test with it."""
+    if isinstance(node, ast.Constant) or (isinstance(node, ast.Name) and node.id.isupper()):
+        return True
+    return isinstance(node, ast.BinOp) and _constant(node.left) and _constant(node.right)
+
+
 def _as_unsigned(index: ast.expr) -> ast.expr:
-    """`index` cast to uint64, unless numba already folds it: a slice, a literal, or a module constant (the
-    kernel's CAPITALIZED codes)."""
-    if isinstance(index, (ast.Slice, ast.Constant)) or (isinstance(index, ast.Name) and index.id.isupper()):
+    """`index` cast to uint64, unless numba already folds it: a slice or a constant (`_constant`); a cast is a
+    call numba types and lowers at every site (the generated `apply_command` indexes its gap table with constants
+    at a hundred)."""
+    if isinstance(index, ast.Slice) or _constant(index):
         return index
     cast = ast.Attribute(value=ast.Name(id="np", ctx=ast.Load()), attr="uint64", ctx=ast.Load())
     return ast.copy_location(ast.Call(func=cast, args=[index], keywords=[]), index)
@@ -197,15 +206,14 @@ class _InlinedDispatcher(CPUDispatcher):
         return self._python_twin(*args, **kwargs)
 
 
-def _inlined(fn: Callable, cache: bool) -> _InlinedDispatcher:
+def _inlined(fn: Callable) -> _InlinedDispatcher:
     """`fn` compiled to be inlined into the kernel (LLVM's alwaysinline), with no wrapper to call it from Python:
-    the wrappers took a third of the kernel's compile and nothing calls a stage or helper from Python."""
+    the wrappers took a third of the kernel's compile and nothing calls a stage or helper from Python. Never
+    cached by itself (`kernel_helper`)."""
     dispatcher = _InlinedDispatcher(py_func=fn, locals={}, targetoptions={
         "nopython": True, "boundscheck": None, "forceinline": True, "error_model": "numpy",
         "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
     dispatcher._python_twin = None
-    if cache:
-        dispatcher.enable_caching()
     return dispatcher
 
 
@@ -216,7 +224,7 @@ def kernel_helper(fn: Callable):
     length) would load stale from its own entry into a new kernel; the kernel's entry holds it, under a name keyed
     on every source and constant it reaches (`source_digest`)."""
     _check_numpy(fn)
-    return _inlined(deferred_lowering(fn), cache=False)
+    return _inlined(deferred_lowering(fn))
 
 
 def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | None = None,
@@ -227,7 +235,7 @@ def kernel_stage(fn: Callable, name: str | None = None, global_values: dict | No
     after linking. Not cached by itself: the kernel's cache entry holds it, under a name keyed on every source it
     reaches (`source_digest`)."""
     _check_numpy(fn)
-    return _inlined(deferred_lowering(fn, name, global_values, frozen), cache=False)
+    return _inlined(deferred_lowering(fn, name, global_values, frozen))
 
 
 def _max2(a, b):
@@ -238,5 +246,5 @@ def _min2(a, b):
     return b if b < a else a  # Python's min(a, b): the first of equals
 
 
-_kernel_max2 = _inlined(_max2, cache=False)
-_kernel_min2 = _inlined(_min2, cache=False)
+_kernel_max2 = _inlined(_max2)
+_kernel_min2 = _inlined(_min2)

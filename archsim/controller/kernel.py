@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from archsim.controller import index_lowering
+from archsim.controller import codes, index_lowering
 from archsim.controller.arbiters import favored_port
 from archsim.controller.codes import (
     ARB_SHARED,
@@ -251,8 +251,9 @@ def _variant(variant: KernelVariant) -> tuple[dict, str]:
     if variant.pseudo_channels > 0:
         visit_fn = _specialized(visit_fn, _frozen(variant), name, {})
     constants = {"visit": visit_fn}
-    # numba keys its cache on this file alone: the digest of every source it reaches in the name keys it on them all
-    return constants, source_digest(_kernel, constants, extra_modules=(index_lowering, sys.modules[__name__]))
+    # numba keys its cache on this file alone: the digest of every source it reaches in the name keys it on them all,
+    # and on `codes` whole: the lowering bakes its tables' row lengths (FLAT_ARRAYS) into code that names none
+    return constants, source_digest(_kernel, constants, extra_modules=(index_lowering, codes, sys.modules[__name__]))
 
 
 def variant_globals(variant: KernelVariant) -> dict:

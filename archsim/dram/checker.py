@@ -251,6 +251,14 @@ def _command_buses(idx: np.ndarray, cmd: np.ndarray, cycle: np.ndarray, channel:
                 i[bad + 1], 1, c[bad + 1] - c[bad])
 
 
+def refresh_labels(keys: np.ndarray, n_done: np.ndarray, per_key: int, what: str, timing: Timing) -> list[str]:
+    """What a late or missing refresh record says: which refresh of which rank or bank was due by when."""
+    slack = MAX_POSTPONED_REFRESHES + 1
+    return [f"refresh #{d} of pseudo-channel {q // per_key} {what} {q % per_key} is due by "
+            f"{(d + slack) * timing.tREFI} (tREFI x (n + 9)); required gap = latest allowed"
+            for q, d in zip(keys.tolist(), n_done.tolist(), strict=True)]
+
+
 def _refresh_deadlines(s: _Stream, refresh_cmds: tuple[int, ...], n_keys: int, per_key: int, what: str,
                        end_cycle: int, timing: Timing, out: _Collector) -> None:
     """Refresh k (0-based) of each rank / bank must issue by (k + 1 + 8) * tREFI (8 may be postponed).
@@ -267,9 +275,7 @@ def _refresh_deadlines(s: _Stream, refresh_cmds: tuple[int, ...], n_keys: int, p
     late = np.nonzero(cyc > deadline)[0]
 
     def label(keys: np.ndarray, n_done: np.ndarray) -> list[str]:
-        return [f"refresh #{d} of pseudo-channel {q // per_key} {what} {q % per_key} is due by "
-                f"{(d + slack) * timing.tREFI} (tREFI x (n + 9)); required gap = latest allowed"
-                for q, d in zip(keys.tolist(), n_done.tolist(), strict=True)]
+        return refresh_labels(keys, n_done, per_key, what, timing)
 
     out.add(REFRESH_RULE, label(key[late], k[late]), prev_idx[late], idx[late],
             (deadline - prev_cyc)[late], (cyc - prev_cyc)[late], prev_cyc[late], cyc[late])
@@ -285,9 +291,44 @@ def _refresh_deadlines(s: _Stream, refresh_cmds: tuple[int, ...], n_keys: int, p
             np.full(missing.size, end_cycle))
 
 
-def check_command_log(log: CommandLog, org: Organization, timing: Timing, refresh_mode: str = "none",
-                      max_violations: int = 100) -> CheckResult:
-    """Verify every command of `log` against the JEDEC state and timing rules; see the module docstring."""
+def malformed(cmd: np.ndarray, pc: np.ndarray, bank: np.ndarray, row: np.ndarray, org: Organization) -> np.ndarray:
+    """Commands whose code, pseudo-channel, bank or row is out of range (reported once, checked no further)."""
+    has_row = _is(cmd, (ACT, *COLUMNS))
+    return ((cmd < 0) | (cmd >= N_COMMANDS) | (pc < 0) | (pc >= org.n_pseudo_channels) | (bank < 0)
+            | (bank >= org.banks_per_pseudo_channel) | (has_row & ((row < 0) | (row >= org.rows))))
+
+
+def rules_checked(refresh_mode: str) -> tuple[str, ...]:
+    rules = [*SPECIAL_RULES, *STATE_RULES, *(r.name for r in GAP_RULES)]
+    return (*rules, REFRESH_RULE) if refresh_mode != "none" else tuple(rules)
+
+
+def scope_streams(idx: np.ndarray, cmd: np.ndarray, cycle: np.ndarray, pc: np.ndarray, bank: np.ndarray,
+                  row: np.ndarray, org: Organization, out: _Collector, warn: _Collector) -> dict[str, _Stream]:
+    """The valid commands sorted by each scope's key (the bank state machine checked on the way)."""
+    rank = bank // org.banks_per_rank
+    return {
+        "bank": _bank_stream(idx, cmd, cycle, pc, bank, row, org, out, warn),
+        "bankgroup": _sorted_stream(idx, cmd, cycle, pc * org.ranks * org.bankgroups + bank // org.banks_per_group,
+                                    "bankgroup"),
+        "rank": _sorted_stream(idx, cmd, cycle, pc * org.ranks + rank, "rank"),
+        "pseudo_channel": _sorted_stream(idx, cmd, cycle, pc, "pseudo_channel"),
+    }
+
+
+def refresh_scope(refresh_mode: str, org: Organization) -> tuple[str, tuple[int, ...], int, int, str]:
+    """Where refresh deadlines are kept: the scope, the commands that count, keys, keys per pseudo-channel, unit."""
+    if refresh_mode == "all_bank":
+        return "rank", (REF,), org.n_pseudo_channels * org.ranks, org.ranks, "rank"
+    # a REF refreshes every bank of its rank, so it counts for each of them
+    return "bank", (REF, REFPB), org.n_banks, org.banks_per_pseudo_channel, "bank"
+
+
+def check_rules(log: CommandLog, org: Organization, timing: Timing, refresh_mode: str = "none", *,
+                whole: bool = True) -> tuple[_Collector, _Collector, dict[str, _Stream], np.ndarray]:
+    """Every rule on `log`: the violations and warnings collected, the scopes' streams and the valid commands'
+    log positions. `whole` False leaves out the two rules a streaming check keeps across stretches of the log
+    (data bus bursts, refresh deadlines: archsim/dram/checker_stream.py)."""
     if refresh_mode not in REFRESH_MODES:
         raise ValueError(f"refresh_mode must be one of {REFRESH_MODES}, got {refresh_mode!r}")
     cycle = np.asarray(log.cycle, np.int64)
@@ -295,48 +336,36 @@ def check_command_log(log: CommandLog, org: Organization, timing: Timing, refres
     pc = np.asarray(log.pseudo_channel, np.int64)
     bank = np.asarray(log.bank, np.int64)
     row = np.asarray(log.row, np.int64)
-    n = int(cycle.size)
     out, warn = _Collector(cycle), _Collector(cycle)
-    rules = [*SPECIAL_RULES, *STATE_RULES, *(r.name for r in GAP_RULES)]
-    if refresh_mode != "none":
-        rules.append(REFRESH_RULE)
-
     back = np.nonzero(cycle[1:] < cycle[:-1])[0]
     out.add("cycle_order", "cycles must not decrease in issue order", back, back + 1, 0,
             cycle[back + 1] - cycle[back])
-    has_row = _is(cmd, (ACT, *COLUMNS))
-    bad = ((cmd < 0) | (cmd >= N_COMMANDS) | (pc < 0) | (pc >= org.n_pseudo_channels) | (bank < 0)
-           | (bank >= org.banks_per_pseudo_channel) | (has_row & ((row < 0) | (row >= org.rows))))
+    bad = malformed(cmd, pc, bank, row, org)
     out.add("malformed", "command code, pseudo-channel, bank or row out of range",
             np.full(int(bad.sum()), -1), np.nonzero(bad)[0])
     idx = np.nonzero(~bad)[0]  # malformed commands are reported once and left out of everything else
     cmd, cycle_v, pc, bank, row = cmd[idx], cycle[idx], pc[idx], bank[idx], row[idx]
-
-    rank = bank // org.banks_per_rank
-    scopes = {
-        "bank": _bank_stream(idx, cmd, cycle_v, pc, bank, row, org, out, warn),
-        "bankgroup": _sorted_stream(idx, cmd, cycle_v,
-                                    pc * org.ranks * org.bankgroups + bank // org.banks_per_group, "bankgroup"),
-        "rank": _sorted_stream(idx, cmd, cycle_v, pc * org.ranks + rank, "rank"),
-        "pseudo_channel": _sorted_stream(idx, cmd, cycle_v, pc, "pseudo_channel"),
-    }
+    scopes = scope_streams(idx, cmd, cycle_v, pc, bank, row, org, out, warn)
     for rule in GAP_RULES:
         _gap_rule(scopes[rule.scope], rule, timing, out)
     _faw(scopes["rank"], timing, out)
-    _data_bus(idx, cmd, cycle_v, pc, rank, timing, out)
+    if whole:
+        _data_bus(idx, cmd, cycle_v, pc, bank // org.banks_per_rank, timing, out)
     _command_buses(idx, cmd, cycle_v, pc // org.pseudo_channels, out)
-    if refresh_mode != "none" and idx.size:
-        end_cycle = int(cycle_v.max())
-        if refresh_mode == "all_bank":
-            _refresh_deadlines(scopes["rank"], (REF,), org.n_pseudo_channels * org.ranks, org.ranks,
-                               "rank", end_cycle, timing, out)
-        else:  # a REF refreshes every bank of its rank, so it counts for each of them
-            _refresh_deadlines(scopes["bank"], (REF, REFPB), org.n_banks, org.banks_per_pseudo_channel,
-                               "bank", end_cycle, timing, out)
+    if whole and refresh_mode != "none" and idx.size:
+        scope, codes, n_keys, per_key, what = refresh_scope(refresh_mode, org)
+        _refresh_deadlines(scopes[scope], codes, n_keys, per_key, what, int(cycle_v.max()), timing, out)
+    return out, warn, scopes, idx
 
+
+def check_command_log(log: CommandLog, org: Organization, timing: Timing, refresh_mode: str = "none",
+                      max_violations: int = 100) -> CheckResult:
+    """Verify every command of `log` against the JEDEC state and timing rules; see the module docstring."""
+    out, warn, _scopes, _idx = check_rules(log, org, timing, refresh_mode)
     violations, counts = out.build(max_violations)
     warnings, warning_counts = warn.build(max_violations)
-    return CheckResult(violations, warnings, n, tuple(rules), counts, warning_counts)
+    return CheckResult(violations, warnings, int(len(log.cycle)), rules_checked(refresh_mode), counts,
+                       warning_counts)
 
 
 __all__ = ["check_command_log", "CheckResult", "Violation"]

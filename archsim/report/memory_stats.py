@@ -1,4 +1,5 @@
-"""The memory section of the `archsim.stats/1` tree, computed from a replay's per-request arrays.
+"""The memory section of the `archsim.stats/1` tree: a replay's requests folded (in one piece or chunk by chunk, the
+same figures either way) into counts, exact sums and exact latency histograms (`histogram.IntHistogram`).
 
 Every key written here has a unit and a description in STAT_DOCS; docs/stats.md is generated from it and
 a test checks that the JSON carries no undocumented key.
@@ -6,13 +7,17 @@ a test checks that the JSON carries no undocumented key.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from archsim.config.memory import SOURCES, MemoryConfig
 from archsim.dram.commands import COMMAND_NAMES, RD, RDA, WR, WRA
 from archsim.dram.spec import peak_bandwidth_GBps, peak_bandwidth_per_stack_GBps
+from archsim.errors import ConfigError
 from archsim.memory import ReplayResult
+from archsim.report.histogram import IntHistogram, exact_sum
 
 SCHEMA = "archsim.stats/1"
 
@@ -22,8 +27,8 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "sim.requests": ("requests", "requests in the replayed trace"),
     "sim.cycles": ("cycles", "memory command-clock cycles from cycle 0 to the last data beat or acceptance"),
     "sim.time_ns": ("ns", "sim.cycles x tCK"),
-    "sim.wall_s": ("s", "host wall-clock time of the simulation loop, JIT compilation excluded "
-                        "(0 with --reproducible)"),
+    "sim.wall_s": ("s", "host wall-clock time of the simulation loop (the kernel and, in a streaming replay, its "
+                        "request window), JIT compilation, trace reading and stats excluded (0 with --reproducible)"),
     "sim.compile_s": ("s", "host time spent compiling or loading the compiled kernel, outside sim.wall_s "
                            "(0 with --reproducible)"),
     "sim.kernel_cache": ("-", "where the run's kernel variant came from: hit (numba's cache), miss (compiled), "
@@ -71,10 +76,33 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.commands.<cmd>": ("commands", "DRAM commands issued, by type (ACT, PRE, PREA, RD, WR, RDA, WRA, REF, "
                                           "REFpb)"),
     "memory.qos.row_closures.<opener>_by_<closer>": ("commands", "precharges that closed a row opened for one port "
-                                                                 "(host or pnm) to serve the other or the same"),
+                                                                 "(a host or the pnm) to serve another or the same"),
     "memory.qos.bank_conflicts.<newcomer>_vs_<opener>": ("requests", "requests that found their bank open on another "
                                                                      "row opened for the given port"),
     "memory.qos.arbiter": ("-", "the port arbiter (shared, priority, wrr, reservation)"),
+    "memory.qos.ports.<source>.share_of_served": ("fraction", "this port's requests served over every port's (with "
+                                                             "--alone, qos_targets or more than two ports)"),
+    "memory.qos.ports.<source>.read_total_latency_cycles.mean": ("cycles", "this port's read latency from its "
+                                                                           "trace timestamp (front-end queueing "
+                                                                           "included): mean"),
+    "memory.qos.ports.<source>.read_total_latency_cycles.p50": ("cycles", "this port's read latency from its "
+                                                                          "trace timestamp: median"),
+    "memory.qos.ports.<source>.read_total_latency_cycles.p99": ("cycles", "this port's read latency from its "
+                                                                          "trace timestamp: 99th percentile"),
+    "memory.qos.ports.<source>.read_total_latency_ns.mean": ("ns", "read_total_latency_cycles.mean x tCK"),
+    "memory.qos.ports.<source>.read_total_latency_ns.p50": ("ns", "read_total_latency_cycles.p50 x tCK"),
+    "memory.qos.ports.<source>.read_total_latency_ns.p99": ("ns", "read_total_latency_cycles.p99 x tCK"),
+    "memory.qos.ports.<source>.alone_read_total_latency_cycles_mean": ("cycles", "with --alone: the same mean "
+                                                                                 "with this port's requests "
+                                                                                 "replayed alone"),
+    "memory.qos.ports.<source>.slowdown": ("ratio", "with --alone: read_total_latency_cycles.mean / "
+                                                    "alone_read_total_latency_cycles_mean"),
+    "memory.qos.ports.<source>.target_p99_ns": ("ns", "controller.qos_targets: the p99 this port should stay "
+                                                      "under"),
+    "memory.qos.ports.<source>.target_met": ("-", "read_total_latency_ns.p99 <= target_p99_ns"),
+    "memory.qos.fairness_jain": ("ratio", "with --alone: Jain's index over the ports' 1 / slowdown, (sum x)^2 / "
+                                          "(n sum x^2), 1 when all slow down alike; else null"),
+    "memory.qos.violations": ("-", "ports whose target_met is false"),
     "memory.banks.row_misses": ("requests", "row_misses per bank: a list per pseudo-channel (flat index, as "
                                             "the command log's) of one count per bank in the pseudo-channel"),
     "memory.banks.row_conflicts": ("requests", "row_conflicts per bank, laid out as memory.banks.row_misses"),
@@ -83,7 +111,8 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
     "memory.channels.<channel>.bandwidth_GBps": ("GB/s", "this channel's DRAM data bytes / sim.time_ns"),
     "memory.channels.<channel>.row_hit_rate": ("fraction", "row-hit rate of this channel's requests"),
     "memory.channels.<channel>.read_latency_cycles_mean": ("cycles", "mean read latency of this channel's reads"),
-    "memory.sources.<source>.requests": ("requests", "requests from this port (host or pnm)"),
+    "memory.sources.<source>.requests": ("requests", "requests from this port (a host or the pnm: the trace's "
+                                                     "sources)"),
     "memory.sources.<source>.reads": ("requests", "reads from this port"),
     "memory.sources.<source>.writes": ("requests", "writes from this port"),
     "memory.sources.<source>.bandwidth_GBps": ("GB/s", "this port's DRAM data bytes / sim.time_ns"),
@@ -94,85 +123,205 @@ STAT_DOCS: dict[str, tuple[str, str]] = {
 }
 
 
-def _summary(values: np.ndarray, keys: tuple[str, ...] = ("mean", "p50", "p99", "max")) -> dict[str, float]:
-    if values.size == 0:
+@dataclass(frozen=True)
+class RunFigures:
+    """What a replay reports besides its requests: the run's length, commands by kind, row-buffer interference
+    counts by port (`ReplayResult.qos_counts`), host timing and where the kernel came from."""
+
+    total_cycles: int
+    command_counts: np.ndarray
+    qos_counts: np.ndarray
+    wall_s: float
+    compile_s: float
+    kernel_cache: str | None
+
+
+class MemoryStatsAccumulator:
+    """The per-request side of the stats tree, folded chunk by chunk (any split of the requests gives the same
+    figures): counts by bank, port, kind, class and bank conflict (every count of the tree is a sum of these),
+    exact latency sums and exact latency histograms."""
+
+    def __init__(self, cfg: MemoryConfig, sources: tuple[str, ...] = SOURCES, *, per_port: bool = False) -> None:
+        org = cfg.organization
+        self.cfg = cfg
+        self.per_port = per_port  # also each port's latency from its trace timestamps (`port_qos`)
+        self.injection_stall = 0
+        self.read_latency = IntHistogram()  # acceptance to data
+        self.read_total_latency = IntHistogram()  # trace timestamp to data
+        self.channel_latency = [0] * org.n_channels  # reads' latency sum per channel
+        self._allocate(sources)
+
+    def begin(self, sources: tuple[str, ...]) -> None:
+        """The trace's ports (`sources`, by index), before any request is folded (a streaming replay's sink is
+        told them when the trace is open); a QoS target for a port the trace has not is refused now, before the
+        run."""
+        self._allocate(sources)
+        for name, _target in self.cfg.controller.qos_targets:
+            if name not in self.sources:
+                raise ConfigError(f"a QoS target for port {name!r}, which the trace has not (its ports: "
+                                  f"{', '.join(self.sources)})", file=self.cfg.source_file,
+                                  where=f"memory.controller.qos_targets.{name}")
+
+    def _allocate(self, sources: tuple[str, ...]) -> None:
+        self.sources = tuple(sources)
+        self.per_port = self.per_port or len(self.sources) > 2  # several hosts: the QoS among them is the point
+        # requests by [global bank, port, write?, class + 1 (-1 none, hit, miss, conflict, forwarded), bank conflict?]
+        self.counts = np.zeros((self.cfg.organization.n_banks, len(sources), 2, 5, 2), dtype=np.int64)
+        self.source_latency = [IntHistogram() for _ in sources]  # acceptance to data, per port
+        # trace timestamp to data, per port (a saturated trace's hold a value per cycle: kept only when asked)
+        self.source_total_latency = [IntHistogram() for _ in sources] if self.per_port else None
+
+    def add(self, *, timestamp_cycles: np.ndarray, source: np.ndarray, is_write: np.ndarray,
+            pseudo_channel: np.ndarray, global_bank: np.ndarray, accept_cycle: np.ndarray, done_cycle: np.ndarray,
+            request_class: np.ndarray, bank_conflict: np.ndarray) -> None:
+        """Fold done requests (any order, any split): their port, kind, pseudo-channel, bank (pseudo-channel x banks
+        per pseudo-channel + bank), acceptance and done cycles, class and bank conflict."""
+        org = self.cfg.organization
+        write = np.asarray(is_write, dtype=np.int64) != 0
+        src = np.asarray(source, dtype=np.int64)
+        key = np.asarray(global_bank, dtype=np.int64) * len(self.sources) + src
+        key = ((key * 2 + write) * 5 + (np.asarray(request_class, dtype=np.int64) + 1)) * 2 + (
+            np.asarray(bank_conflict) != 0)
+        self.counts += np.bincount(key, minlength=self.counts.size).reshape(self.counts.shape)
+        accept, done = np.asarray(accept_cycle, np.int64), np.asarray(done_cycle, np.int64)
+        trace_ts = np.asarray(timestamp_cycles, np.int64)
+        self.injection_stall += exact_sum(accept - trace_ts)
+        reads = ~write
+        latency = (done - accept)[reads]
+        self.read_latency.add(latency)
+        total = (done - trace_ts)[reads]
+        self.read_total_latency.add(total)
+        read_src = src[reads]
+        for code in range(len(self.sources)):
+            mine = read_src == code
+            self.source_latency[code].add(latency[mine])
+            if self.source_total_latency is not None:
+                self.source_total_latency[code].add(total[mine])
+        channel = np.asarray(pseudo_channel, dtype=np.int64)[reads] // org.pseudo_channels
+        if latency.size and int(np.abs(latency).max()) * latency.size < 2**53:  # float64 weights sum exactly
+            sums = np.bincount(channel, weights=latency, minlength=org.n_channels)
+            for ch in np.flatnonzero(sums).tolist():
+                self.channel_latency[ch] += int(sums[ch])
+        else:
+            for ch in np.unique(channel).tolist():
+                self.channel_latency[ch] += exact_sum(latency[channel == ch])
+
+    def by(self, axis: str) -> np.ndarray:
+        """Counts per channel or per port: [key, write?, class + 1]."""
+        org = self.cfg.organization
+        per_bank = self.counts.sum(axis=4)  # [bank, port, write, class]
+        if axis == "port":
+            return per_bank.sum(axis=0)
+        per_channel = per_bank.sum(axis=1).reshape(org.n_channels, -1, 2, 5)
+        return per_channel.sum(axis=1)
+
+    wants_commands = False  # as a streaming replay's sink (archsim/replay_stream.py): requests only
+
+    def retire(self, fields: dict[str, np.ndarray]) -> None:
+        """Fold the done requests a streaming replay hands over (`replay_stream.Sink`)."""
+        self.add(timestamp_cycles=fields["trace_ts"], source=fields["src"], is_write=fields["write"],
+                 pseudo_channel=fields["pc"], global_bank=fields["gb"], accept_cycle=fields["accept"],
+                 done_cycle=fields["done"], request_class=fields["klass"], bank_conflict=fields["conflict"])
+
+    def add_result(self, result: ReplayResult) -> None:
+        """Fold every request of a whole replay."""
+        org = self.cfg.organization
+        bank = self.cfg.mapping.decode(result.requests.address).bank_in_pseudo_channel(org)
+        req = result.requests
+        self.add(timestamp_cycles=req.timestamp_cycles, source=req.source, is_write=req.is_write,
+                 pseudo_channel=result.pseudo_channel,
+                 global_bank=result.pseudo_channel.astype(np.int64) * org.banks_per_pseudo_channel + bank,
+                 accept_cycle=result.accept_cycle, done_cycle=result.done_cycle, request_class=result.request_class,
+                 bank_conflict=result.bank_conflict)
+
+
+def _summary(hist: IntHistogram, keys: tuple[str, ...] = ("mean", "p50", "p99", "max")) -> dict[str, float]:
+    if hist.n == 0:
         return {k: 0.0 for k in keys}
-    out = {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
-           "p99": float(np.percentile(values, 99)), "max": float(values.max())}
+    out = {"mean": hist.mean(), "p50": hist.percentile(50), "p99": hist.percentile(99), "max": float(hist.max())}
     return {k: round(out[k], 6) for k in keys}
 
 
-def _hit_rate(klass: np.ndarray) -> float:
-    dram = klass[(klass >= 0) & (klass <= 2)]
-    return round(float(np.mean(dram == 0)), 6) if dram.size else 0.0
+def _hit_rate(hits: int, dram: int) -> float:
+    """Row hits over the requests the DRAM served (forwarded ones left out); 0 without any."""
+    return round(hits / dram, 6) if dram else 0.0
 
 
 def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[str, Any]:
-    cfg = result.config
+    acc = MemoryStatsAccumulator(result.config, result.requests.sources)
+    acc.add_result(result)
+    figures = RunFigures(int(result.total_cycles), result.command_counts, result.qos_counts, result.wall_s,
+                         result.compile_s, result.kernel_cache)
+    return stats_tree(acc, figures, reproducible=reproducible)
+
+
+def stats_tree(acc: MemoryStatsAccumulator, run: RunFigures, *, reproducible: bool = False) -> dict[str, Any]:
+    """The `archsim.stats/1` tree of a replay from its folded requests and its run figures."""
+    cfg = acc.cfg
     org, timing = cfg.organization, cfg.timing
-    req = result.requests
-    n = len(req)
     tck = timing.tCK_ns
-    cycles = max(1, result.total_cycles)
+    cycles = max(1, run.total_cycles)
     time_ns = cycles * tck
-    is_w = req.is_write.astype(bool)
-    reads = ~is_w
-    klass = result.request_class
-    dram_served = klass != 3
     access = org.access_bytes
-    counts = result.command_counts
+    counts = run.command_counts
     bytes_read = int(counts[RD] + counts[RDA]) * access
     bytes_written = int(counts[WR] + counts[WRA]) * access
     dram_bw = (bytes_read + bytes_written) / time_ns
-    bw = n * access / time_ns
     peak = peak_bandwidth_GBps(org, timing)
-    lat_all = result.done_cycle - result.accept_cycle
-    read_lat = lat_all[reads]
-    total_lat = (result.done_cycle - req.timestamp_cycles)[reads]
-    lat_cycles = _summary(read_lat)
-    channel = result.pseudo_channel // org.pseudo_channels
-    data_bytes = np.where(dram_served, access, 0)
+    lat_cycles = _summary(acc.read_latency)
+    total = acc.counts.sum(axis=(0, 1, 4))  # [write, class + 1]
+    klass = total.sum(axis=0)[1:]  # hit, miss, conflict, forwarded
+    n = int(total.sum())
+    writes = int(total[1].sum())
+    bw = n * access / time_ns
+
+    def figures(table: np.ndarray) -> tuple[int, int, int, int, int, int]:
+        """From [write?, class + 1]: requests, reads, writes, with data on the DRAM bus (not forwarded), row hits,
+        served by the DRAM (hit, miss or conflict)."""
+        return (int(table.sum()), int(table[0].sum()), int(table[1].sum()), int(table.sum() - table[:, 4].sum()),
+                int(table[:, 1].sum()), int(table[:, 1:4].sum()))
 
     channels: dict[str, Any] = {}
-    for ch in range(org.n_channels):
-        sel = channel == ch
-        ch_reads = sel & reads
+    for ch, table in enumerate(acc.by("channel")):
+        requests, reads, _writes, served, hits, dram = figures(table)
         channels[str(ch)] = {
-            "requests": int(sel.sum()),
-            "bandwidth_GBps": round(float(data_bytes[sel].sum()) / time_ns, 6),
-            "row_hit_rate": _hit_rate(klass[sel]),
-            "read_latency_cycles_mean": round(float(lat_all[ch_reads].mean()), 6)
-            if ch_reads.any() else 0.0,
+            "requests": requests,
+            "bandwidth_GBps": round(float(served * access) / time_ns, 6),
+            "row_hit_rate": _hit_rate(hits, dram),
+            "read_latency_cycles_mean": round(float(acc.channel_latency[ch]) / reads, 6) if reads else 0.0,
         }
     sources: dict[str, Any] = {}
-    for code, name in enumerate(req.sources):
-        sel = req.source == code
-        sources[name] = {
-            "requests": int(sel.sum()),
-            "reads": int((sel & reads).sum()),
-            "writes": int((sel & is_w).sum()),
-            "bandwidth_GBps": round(float(data_bytes[sel].sum()) / time_ns, 6),
-            "row_hit_rate": _hit_rate(klass[sel]),
-            "read_latency_cycles": _summary(lat_all[sel & reads], ("mean", "p50", "p99")),
+    for code, table in enumerate(acc.by("port")):
+        requests, reads, writes_, served, hits, dram = figures(table)
+        sources[acc.sources[code]] = {
+            "requests": requests,
+            "reads": reads,
+            "writes": writes_,
+            "bandwidth_GBps": round(float(served * access) / time_ns, 6),
+            "row_hit_rate": _hit_rate(hits, dram),
+            "read_latency_cycles": _summary(acc.source_latency[code], ("mean", "p50", "p99")),
         }
-    wall = 0.0 if reproducible else round(result.wall_s, 6)
+    wall = 0.0 if reproducible else round(run.wall_s, 6)
+    bpp = org.banks_per_pseudo_channel
+    per_bank = acc.counts.sum(axis=(1, 2, 4))  # [bank, class + 1]
+    qos = run.qos_counts
     return {
         "schema": SCHEMA,
         "sim": {
             "requests": n,
-            "cycles": int(result.total_cycles),
+            "cycles": int(run.total_cycles),
             "time_ns": round(time_ns, 6),
             "wall_s": wall,
-            "compile_s": 0.0 if reproducible else round(result.compile_s, 6),
-            "kernel_cache": None if reproducible else (result.kernel_cache or "loaded"),
-            "requests_per_s": 0.0 if reproducible else round(n / max(result.wall_s, 1e-9), 3),
+            "compile_s": 0.0 if reproducible else round(run.compile_s, 6),
+            "kernel_cache": None if reproducible else (run.kernel_cache or "loaded"),
+            "requests_per_s": 0.0 if reproducible else round(n / max(run.wall_s, 1e-9), 3),
         },
         "memory": {
             "standard": cfg.standard,
             "tCK_ns": tck,
             "access_bytes": access,
-            "reads": int(reads.sum()),
-            "writes": int(is_w.sum()),
+            "reads": n - writes,
+            "writes": writes,
             "bytes_read": bytes_read,
             "bytes_written": bytes_written,
             "bandwidth_GBps": round(bw, 6),
@@ -182,24 +331,70 @@ def memory_stats(result: ReplayResult, *, reproducible: bool = False) -> dict[st
             "bandwidth_utilization": round(dram_bw / peak, 6),
             "read_latency_cycles": lat_cycles,
             "read_latency_ns": {k: round(v * tck, 6) for k, v in lat_cycles.items()},
-            "read_total_latency_cycles": _summary(total_lat),
-            "injection_stall_cycles": int((result.accept_cycle - req.timestamp_cycles).sum()),
-            "row_hits": int((klass == 0).sum()),
-            "row_misses": int((klass == 1).sum()),
-            "row_conflicts": int((klass == 2).sum()),
-            "row_hit_rate": _hit_rate(klass),
-            "forwarded": int((klass == 3).sum()),
-            "bank_conflicts": int(result.bank_conflict.sum()),
+            "read_total_latency_cycles": _summary(acc.read_total_latency),
+            "injection_stall_cycles": acc.injection_stall,
+            "row_hits": int(klass[0]),
+            "row_misses": int(klass[1]),
+            "row_conflicts": int(klass[2]),
+            "row_hit_rate": _hit_rate(int(klass[0]), int(klass[:3].sum())),
+            "forwarded": int(klass[3]),
+            "bank_conflicts": int(acc.counts[..., 1].sum()),
             "commands": {name: int(counts[code]) for code, name in enumerate(COMMAND_NAMES)},
-            "banks": per_bank_counts(result),
+            "banks": {"row_misses": per_bank[:, 2].reshape(-1, bpp).tolist(),
+                      "row_conflicts": per_bank[:, 3].reshape(-1, bpp).tolist(),
+                      "bank_conflicts": acc.counts[..., 1].sum(axis=(1, 2, 3)).reshape(-1, bpp).tolist()},
             "channels": channels,
             "sources": sources,
             "qos": {
                 "arbiter": cfg.controller.arbiter.impl,
-                **_interference(req.sources, result.qos_counts),
+                **_interference(acc.sources, qos),
             },
         },
     }
+
+
+def port_qos(acc: MemoryStatsAccumulator, alone: dict[str, float] | None = None) -> dict[str, Any]:
+    """QoS among the ports that shared the memory (`memory.qos.ports`, `fairness_jain`, `violations`): each port's
+    share of the requests served and its reads' latency from their trace timestamps (queueing in the front end
+    included); with `alone` (each port's mean of that latency when it ran alone), its slowdown and Jain's
+    fairness index over 1 / slowdown; against the config's `qos_targets` (p99, ns), whether each port met its."""
+    assert acc.source_total_latency is not None, "the accumulator keeps per-port latency only when asked"
+    tck = acc.cfg.timing.tCK_ns
+    targets = dict(acc.cfg.controller.qos_targets)
+    by_port = acc.by("port")  # [port, write?, class + 1]
+    served = by_port[:, :, 1:].sum(axis=(1, 2))
+    ports: dict[str, Any] = {}
+    for code, name in enumerate(acc.sources):
+        if not by_port[code].sum():
+            continue
+        hist = acc.source_total_latency[code]
+        total = _summary(hist, ("mean", "p50", "p99"))
+        entry: dict[str, Any] = {"share_of_served": round(float(served[code] / max(served.sum(), 1)), 6),
+                                 "read_total_latency_cycles": total,
+                                 "read_total_latency_ns": {k: round(v * tck, 6) for k, v in total.items()}}
+        if alone is not None:
+            base = alone.get(name, 0.0)
+            entry["alone_read_total_latency_cycles_mean"] = round(base, 6)
+            entry["slowdown"] = round(total["mean"] / base, 6) if base > 0 and hist.n else None
+        if name in targets:
+            entry["target_p99_ns"] = targets[name]
+            entry["target_met"] = bool(total["p99"] * tck <= targets[name])
+        ports[name] = entry
+    slowdowns = [p["slowdown"] for p in ports.values() if p.get("slowdown")]
+    fairness = round(jain_index([1 / s for s in slowdowns]), 6) if alone is not None and slowdowns else None
+    missing = sorted(set(targets) - set(ports))
+    if missing:
+        raise ConfigError(f"a QoS target for port {missing[0]!r}, which sent no request (ports: "
+                          f"{', '.join(ports)})", file=acc.cfg.source_file,
+                          where=f"memory.controller.qos_targets.{missing[0]}")
+    return {"ports": ports, "fairness_jain": fairness,
+            "violations": [name for name, p in ports.items() if p.get("target_met") is False]}
+
+
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one takes everything."""
+    x = np.asarray(values, dtype=float)
+    return float(x.sum() ** 2 / (len(x) * (x**2).sum())) if len(x) and (x**2).sum() > 0 else 1.0
 
 
 def _interference(sources: tuple[str, ...], counts: np.ndarray) -> dict[str, dict[str, int]]:
@@ -210,25 +405,6 @@ def _interference(sources: tuple[str, ...], counts: np.ndarray) -> dict[str, dic
                              for c in range(p)},
             "bank_conflicts": {f"{sources[n]}_vs_{sources[o]}": int(counts[p * p + n * p + o]) for n in range(p)
                                for o in range(p)}}
-
-
-def per_bank_counts(result: ReplayResult) -> dict[str, list[list[int]]]:
-    """Row misses, row conflicts and bank conflicts per [pseudo-channel][bank] (the bank within its
-    pseudo-channel), from the requests' classes and their decoded addresses. Their sums are the totals; the row
-    openings (misses + conflicts) are fewer than the ACT commands when a refresh or a row policy closes a row a
-    request had opened and it must be opened again."""
-    org = result.config.organization
-    bank = result.config.mapping.decode(result.requests.address).bank_in_pseudo_channel(org)
-    bpp = org.banks_per_pseudo_channel
-    key = result.pseudo_channel.astype(np.int64) * bpp + bank
-    size = org.n_pseudo_channels * bpp
-
-    def grid(selected: np.ndarray) -> list[list[int]]:
-        return np.bincount(key[selected], minlength=size).reshape(-1, bpp).tolist()
-
-    klass = result.request_class
-    return {"row_misses": grid(klass == 1), "row_conflicts": grid(klass == 2),
-            "bank_conflicts": grid(result.bank_conflict.astype(bool))}
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -249,6 +425,8 @@ def doc_key(dotted: str) -> str:
         parts[2] = "<channel>"
     if len(parts) >= 3 and parts[:2] == ["memory", "sources"]:
         parts[2] = "<source>"
+    if len(parts) >= 4 and parts[:3] == ["memory", "qos", "ports"]:
+        parts[3] = "<source>"
     if len(parts) == 3 and parts[:2] == ["memory", "commands"]:
         parts[2] = "<cmd>"
     if len(parts) == 4 and parts[:3] == ["memory", "qos", "row_closures"]:

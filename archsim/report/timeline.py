@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from archsim.dram import commands as C  # noqa: N812 - the command codes read as C.ACT
+from archsim.dram.commands import CommandLog
 from archsim.errors import ConfigError
 
 SCHEMA = "archsim.timeline/1"
@@ -167,13 +168,22 @@ def replay_timeline(result: Any, window: Window, source: str = "", pid_base: int
                     ) -> Timeline:
     """The timeline of a replay run with its command log (see the module docstring); `into` adds it to another
     timeline (a PNM run's), its processes numbered from `pid_base`."""
-    log = result.command_log
-    if log is None:
+    if result.command_log is None:
         raise ValueError("replay_timeline needs a run with command_log=True")
-    cfg = result.config
+    start, end = replay_window_cycles(result, window)
+    return window_timeline(result.config, result.command_log, result, np.unique(result.pseudo_channel), start, end,
+                           window, source, pid_base, into)
+
+
+def window_timeline(cfg: Any, log: Any, requests: Any, request_channels: np.ndarray, start: int, end: int,
+                    window: Window, source: str = "", pid_base: int = 0, into: Timeline | None = None,
+                    omitted_before: int = 0) -> Timeline:
+    """The replay timeline of cycles [start, end) from the commands of `log` (those outside the window count as
+    omitted, with `omitted_before` left out already) and the requests' `pseudo_channel`, `accept_cycle` and
+    `done_cycle` (at least those in flight or done within the window); `request_channels` the pseudo-channels
+    any request went to."""
     org, timing, tck = cfg.organization, cfg.timing, cfg.timing.tCK_ns
     bpp, bpr = org.banks_per_pseudo_channel, org.banks_per_rank
-    start, end = replay_window_cycles(result, window)
     meta = {"source": source, "kind": "replay", "tCK_ns": tck, "standard": cfg.standard,
             "window": window.as_dict(), "window_cycles": [start, end],
             "banks_per_pseudo_channel": bpp, "banks_per_rank": bpr}
@@ -181,7 +191,7 @@ def replay_timeline(result: Any, window: Window, source: str = "", pid_base: int
     if into is not None:
         t.metadata["dram"] = {**meta, "pid_base": pid_base}
     keep = (log.cycle >= start) & (log.cycle < end)
-    t.omitted["commands"] = int((~keep).sum())
+    t.omitted["commands"] = omitted_before + int((~keep).sum())
     cycle, cmd, pc = log.cycle[keep], log.command[keep].astype(np.int64), log.pseudo_channel[keep].astype(np.int64)
     bank, row = log.bank[keep].astype(np.int64), log.row[keep]
     wide = (cmd == C.PREA) | (cmd == C.REF)
@@ -194,7 +204,7 @@ def replay_timeline(result: Any, window: Window, source: str = "", pid_base: int
         same = (pc[order[1:]] == pc[order[:-1]]) & (tid[order[1:]] == tid[order[:-1]])
         nxt[order[:-1][same]] = cycle[order[1:]][same]
     dur = np.minimum(np.minimum(natural, nxt - cycle), end - cycle)
-    channels = sorted(set(pc.tolist()) | set(np.unique(result.pseudo_channel).tolist()))
+    channels = sorted(set(pc.tolist()) | set(np.asarray(request_channels).tolist()))
     for p in channels:
         t.name_process(pid_base + int(p), f"pseudo-channel {p}", pid_base + int(p))
     threads = sorted(set(zip(pc.tolist(), tid.tolist(), strict=True)))
@@ -207,19 +217,86 @@ def replay_timeline(result: Any, window: Window, source: str = "", pid_base: int
         row_arg = f',"row":{r}' if r >= 0 else ""
         t.events.append(f'{{"ph":"X","name":"{names[code]}","pid":{pid_base + p},"tid":{th},"ts":{c:.6f},'
                         f'"dur":{d:.6f},"args":{{"bank":{b}{row_arg}}}}}')
-    _replay_counters(t, result, start, end, channels, pid_base)
+    _replay_counters(t, cfg, requests, start, end, channels, pid_base)
     return t
 
 
-def _replay_counters(t: Timeline, result: Any, start: int, end: int, channels: Iterable[int],
+class ReplayWindowCollector:
+    """A streaming replay's sink for its timeline (archsim/replay_stream.py): it keeps only the window's commands
+    and the requests in flight or done within it (those alone move the counters), so memory follows the window,
+    not the trace; a window without an end keeps the run's from its start on. `timeline()` at the end."""
+
+    wants_commands = True
+
+    def __init__(self, cfg: Any, window: Window) -> None:
+        tck = cfg.timing.tCK_ns
+        self.cfg, self.window = cfg, window
+        self.start = int(np.ceil(window.start_ns / tck))
+        self.end = None if window.end_ns == float("inf") else int(np.ceil(window.end_ns / tck))
+        self.first_done = -1  # the first `window.requests` requests' last done cycle
+        self.first_seen = 0
+        self.requests = 0
+        self.channels = np.zeros(cfg.organization.n_pseudo_channels, dtype=bool)
+        self.logs: list[Any] = []
+        self.kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.omitted = 0
+
+    def _bound(self) -> int:
+        """The window's end as far as known (the run's end is not): no kept event lies at or past it."""
+        end = self.end if self.end is not None else np.iinfo(np.int64).max - 2
+        if self.window.requests is not None and self.first_seen >= self.window.requests:
+            end = min(end, self.first_done + 1)
+        return end
+
+    def retire(self, fields: dict[str, np.ndarray]) -> None:
+        pc, accept, done = fields["pc"], fields["accept"], fields["done"]
+        self.requests += len(pc)
+        self.channels[pc] = True
+        if self.window.requests is not None:
+            first = fields["pos"] < self.window.requests
+            if first.any():
+                self.first_seen += int(first.sum())
+                self.first_done = max(self.first_done, int(done[first].max()))
+        keep = (done >= self.start - 1) & (accept <= self._bound() + 1)
+        self.kept.append((pc[keep], accept[keep], done[keep]))
+
+    def commands(self, log: Any) -> None:
+        keep = (log.cycle >= self.start) & (log.cycle < self._bound())
+        self.omitted += int((~keep).sum())
+        if keep.any():
+            self.logs.append(CommandLog(*(getattr(log, f.name)[keep] for f in fields(CommandLog))))
+
+    def timeline(self, total_cycles: int, source: str = "") -> Timeline:
+        last = total_cycles + 1
+        end = last if self.end is None else self.end
+        if self.window.requests is not None and self.window.requests < self.requests:
+            end = min(end, self.first_done + 1)
+        end = max(min(end, last), self.start)
+        empty = CommandLog(*(np.zeros(0, dtype=d) for d in (np.int64, np.int8, np.int32, np.int32, np.int64)))
+        log = CommandLog(*(np.concatenate([getattr(p, f.name) for p in self.logs]) for f in fields(CommandLog))) \
+            if self.logs else empty
+        pc, accept, done = (np.concatenate(parts) for parts in zip(*self.kept, strict=True))
+        requests = _Requests(pc, accept, done)
+        return window_timeline(self.cfg, log, requests, np.flatnonzero(self.channels), self.start, end, self.window,
+                               source, omitted_before=self.omitted)
+
+
+@dataclass(frozen=True)
+class _Requests:
+    pseudo_channel: np.ndarray
+    accept_cycle: np.ndarray
+    done_cycle: np.ndarray
+
+
+def _replay_counters(t: Timeline, cfg: Any, requests: Any, start: int, end: int, channels: Iterable[int],
                      pid_base: int = 0) -> None:
-    tck = result.config.timing.tCK_ns
-    access = result.config.organization.access_bytes
+    tck = cfg.timing.tCK_ns
+    access = cfg.organization.access_bytes
     bin_ns, n = _bins(start * tck, end * tck)
     edges_ns = start * tck + np.arange(n + 1) * bin_ns
-    accept_ns, done_ns = result.accept_cycle * tck, result.done_cycle * tck
+    accept_ns, done_ns = requests.accept_cycle * tck, requests.done_cycle * tck
     for p in channels:
-        mine = result.pseudo_channel == p
+        mine = requests.pseudo_channel == p
         acc, done = np.sort(accept_ns[mine]), np.sort(done_ns[mine])
         inflight = np.searchsorted(acc, edges_ns[:-1], "right") - np.searchsorted(done, edges_ns[:-1], "right")
         completed = np.diff(np.searchsorted(done, edges_ns, "left"))

@@ -97,7 +97,11 @@ def serving_spec(system: SystemConfig, workload: Workload, max_context: int) -> 
         max_context_tokens=max_context, decode=system.kv_decode, disaggregated=serving.prefill_instances > 0,
         prefill_instances=serving.prefill_instances,
         placement="auto" if system.kv_placement == "auto" else "fixed", replan_tokens=system.kv_replan_tokens,
-        pool_dram_GBps=pool_peak_GBps(system), servers=system.servers)
+        pool_dram_GBps=pool_peak_GBps(system), servers=system.servers,
+        coherence=system.pool.coherence if system.pool is not None else "software",
+        kv_data_path=system.pool.kv_data_path if system.pool is not None else "dma",
+        pnm_scheduling=system.pool.pnm.scheduling if system.pool is not None and system.pool.pnm is not None
+        else "fair_share")
     try:
         validate(spec)
     except ConfigError as exc:

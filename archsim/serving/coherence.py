@@ -20,14 +20,26 @@ Two schemes keep the servers' caches coherent:
 
 `SharedBlocks` runs these operations, checks every read against the version it should see (`violations`), and
 counts the scheme's messages, bytes and stall time; `ordered=False` drops the waiting rule, which a property
-test (tests/test_coherence.py) must catch. Costs per block are `CoherenceCosts` (sources in docs/serving.md).
+test (tests/test_coherence.py) must catch. Costs per block are `CoherenceCosts` (sources in docs/serving.md);
+`BlockCosts` scales them to a block of any size (the serving engine's KV blocks are megabytes).
+
+`Holders` is the same bookkeeping for the serving engine, vectorized over its blocks (numpy arrays by block,
+a bit per server): which servers hold lines of each block, and of which version. It has no pins: the engine's
+LRU never evicts a block a running sequence pins and a content key is never rewritten in place, so no rewrite
+or eviction ever waits there (the rule above holds by construction); a key evicted and written again later is
+a new version. A test holds its counts equal to `SharedBlocks`' on random sequences of writes, reads and
+evictions.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-SCHEMES = ("software", "back_invalidate")
+import numpy as np
+
+from archsim.system.serving_config import COHERENCE_SCHEMES as SCHEMES
+
 TORN = -1
 
 
@@ -45,6 +57,33 @@ class CoherenceCosts:
     line_bytes: int = 64
     message_bytes: int = 16                    # one CXL flit slot
     round_trip_ns: float = 560.0               # back-invalidation: the snoop's round trip over the pool's path
+
+    def for_block(self, block_bytes: int) -> BlockCosts:
+        """The costs of a block of `block_bytes`: the measured times per `self.block_bytes` scale with its
+        bytes (a flush or an invalidation is per line), messages and bytes follow its lines, and a snoop of its
+        lines costs one round trip (the device sends them all at once)."""
+        units = block_bytes / self.block_bytes
+        lines = -(-block_bytes // self.line_bytes)
+        return BlockCosts(block_bytes, lines, self.flush_ns * units, math.ceil(units), self.invalidate_ns * units,
+                          2 * lines, 2 * lines * self.message_bytes, self.round_trip_ns)
+
+
+@dataclass(frozen=True)
+class BlockCosts:
+    """What one operation on one block costs (CoherenceCosts.for_block)."""
+
+    block_bytes: int
+    flush_messages: int        # software: the writer's flush, one per line (its bytes: the block's)
+    flush_ns: float
+    invalidate_messages: int   # software: a reader's stale copy invalidated, one per measured unit
+    invalidate_ns: float
+    snoop_messages: int        # back-invalidation: a snoop and a response per line, per server holding the block
+    snoop_bytes: int
+    snoop_ns: float            # ... and one round trip per block snooped
+
+    def stall_ns(self, flushes: int, invalidations: int, snooped: int) -> float:
+        """The time `flushes` flushes, `invalidations` invalidations and `snooped` snooped blocks take."""
+        return flushes * self.flush_ns + invalidations * self.invalidate_ns + snooped * self.snoop_ns
 
 
 @dataclass
@@ -83,6 +122,7 @@ class SharedBlocks:
         self._blocks: dict[int, _Block] = {}
         self._cached: list[dict[int, int]] = [{} for _ in range(self.servers)]   # server -> block -> version
         self._reading: dict[tuple[int, int], list[int]] = {}    # (server, block) -> versions its readers pinned
+        self._per_block = self.costs.for_block(self.costs.block_bytes)
 
     # -- writers -------------------------------------------------------------------------------------------
 
@@ -104,10 +144,9 @@ class SharedBlocks:
         b = self._blocks[block]
         assert b.writing, f"block {block} is not being written"
         if self.scheme == "software":
-            lines = self.costs.block_bytes // self.costs.line_bytes
-            self.counters.messages += lines
-            self.counters.bytes += self.costs.block_bytes
-            self.counters.stall_ns += self.costs.flush_ns
+            self.counters.messages += self._per_block.flush_messages
+            self.counters.bytes += self._per_block.block_bytes
+            self.counters.stall_ns += self._per_block.flush_ns
         b.version += 1
         b.data, b.sealed, b.writing = b.version, True, False
         self._cached[writer][block] = b.version
@@ -121,8 +160,8 @@ class SharedBlocks:
             return False
         cached = self._cached[server].get(block)
         if self.scheme == "software" and cached is not None and cached != b.version:
-            self.counters.messages += 1
-            self.counters.stall_ns += self.costs.invalidate_ns
+            self.counters.messages += self._per_block.invalidate_messages
+            self.counters.stall_ns += self._per_block.invalidate_ns
             self.counters.stale_avoided += 1
             del self._cached[server][block]
         b.pins += 1
@@ -166,13 +205,103 @@ class SharedBlocks:
     def _snoop(self, block: int) -> None:
         """Back-invalidation: the device snoops every server holding lines of the block."""
         holders = [s for s in range(self.servers) if block in self._cached[s]]
-        lines = self.costs.block_bytes // self.costs.line_bytes
         for s in holders:
             del self._cached[s][block]
-            self.counters.messages += 2 * lines
-            self.counters.bytes += 2 * lines * self.costs.message_bytes
+            self.counters.messages += self._per_block.snoop_messages
+            self.counters.bytes += self._per_block.snoop_bytes
         if holders:
-            self.counters.stall_ns += self.costs.round_trip_ns
+            self.counters.stall_ns += self._per_block.snoop_ns
 
 
-__all__ = ["SCHEMES", "CoherenceCosts", "CoherenceCounters", "SharedBlocks"]
+class Holders:
+    """SharedBlocks' bookkeeping for the serving engine (see the module docstring): for each block of `keys`
+    (distinct content keys, sorted) a bit per server holding lines of it, and (software) of its current version.
+    Each operation takes the keys of distinct blocks and the server acting, and returns what that server waits
+    for as counts, which `costs.stall_ns` turns into time."""
+
+    def __init__(self, keys: np.ndarray, servers: int, scheme: str, costs: BlockCosts) -> None:
+        if scheme not in SCHEMES:
+            raise ValueError(f"unknown coherence scheme {scheme!r} (schemes: {', '.join(SCHEMES)})")
+        if not 1 <= servers <= 64:
+            raise ValueError(f"coherence is tracked for 1 to 64 servers, got {servers}")
+        self.keys = np.asarray(keys, dtype=np.uint64)
+        self.servers, self.scheme, self.costs = servers, scheme, costs
+        dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64) if np.iinfo(d).bits >= servers)
+        self.held = np.zeros(len(self.keys), dtype=dtype)      # servers holding lines of the block (any version)
+        self.current = np.zeros(len(self.keys), dtype=dtype)   # ... of its current version (software)
+        self.flushes = np.zeros(servers, dtype=np.int64)        # per server: blocks it flushed (software writes)
+        self.invalidations = np.zeros(servers, dtype=np.int64)  # stale copies it invalidated before a read
+        self.waited = np.zeros(servers, dtype=np.int64)         # blocks whose snoop it waited for (writes, evictions)
+        self.snooped = np.zeros(servers, dtype=np.int64)        # copies of blocks its cache gave up to a snoop
+        self._bits = [dtype(1 << s) for s in range(servers)]
+
+    def _index(self, keys: np.ndarray | list[int]) -> np.ndarray:
+        return np.unique(np.searchsorted(self.keys, np.asarray(keys, dtype=np.uint64)))
+
+    def write(self, keys: np.ndarray | list[int], server: int) -> tuple[int, int]:
+        """`server` wrote these blocks into the pool (a new version of each): (flushes, snooped blocks) it waits
+        for. Software: it flushes them and holds their current version; back-invalidation: every server
+        holding lines of an older version is snooped first."""
+        idx = self._index(keys)
+        bit = self._bits[server]
+        if self.scheme == "software":
+            self.held[idx] |= bit
+            self.current[idx] = bit
+            self.flushes[server] += len(idx)
+            return len(idx), 0
+        snooped = self._snoop(idx, server)
+        self.held[idx] = bit
+        return 0, snooped
+
+    def evict(self, keys: np.ndarray | list[int], server: int) -> int:
+        """The pool reclaimed these blocks' slots while `server` made room: the snooped blocks it waits for
+        (back-invalidation; software leaves the copies, now older than any later version, in the caches)."""
+        idx = self._index(keys)
+        if self.scheme == "software":
+            self.current[idx] = 0
+            return 0
+        snooped = self._snoop(idx, server)
+        self.held[idx] = 0
+        return snooped
+
+    def read(self, keys: np.ndarray | list[int], server: int) -> int:
+        """`server` reads these resident blocks: the stale copies it invalidates first (software)."""
+        idx = self._index(keys)
+        bit = self._bits[server]
+        stale = 0
+        if self.scheme == "software":
+            stale = int(np.count_nonzero((self.held[idx] & bit) & ~(self.current[idx] & bit)))
+            self.invalidations[server] += stale
+            self.current[idx] |= bit
+        self.held[idx] |= bit
+        return stale
+
+    def _snoop(self, idx: np.ndarray, server: int) -> int:
+        held = self.held[idx]
+        held = held[held != 0]
+        for s, bit in enumerate(self._bits):
+            self.snooped[s] += int(np.count_nonzero(held & bit))
+        self.waited[server] += len(held)
+        return len(held)
+
+    def per_server(self) -> list[dict[str, float]]:
+        """Each server's messages and bytes (its flushes and invalidations, the snoops its cache answered) and
+        the time it waited."""
+        c = self.costs
+        return [{"messages": int(self.flushes[s] * c.flush_messages + self.invalidations[s] * c.invalidate_messages
+                                 + self.snooped[s] * c.snoop_messages),
+                 "bytes": int(self.flushes[s] * c.block_bytes + self.snooped[s] * c.snoop_bytes),
+                 "stall_ms": c.stall_ns(int(self.flushes[s]), int(self.invalidations[s]), int(self.waited[s])) / 1e6}
+                for s in range(self.servers)]
+
+    def summary(self) -> dict[str, object]:
+        """The run's totals: the scheme, messages, bytes, stall time and the operations behind them."""
+        servers = self.per_server()
+        return {"scheme": self.scheme, "messages": sum(s["messages"] for s in servers),
+                "bytes": sum(s["bytes"] for s in servers), "stall_ms": sum(s["stall_ms"] for s in servers),
+                "flushes": int(self.flushes.sum()), "invalidations": int(self.invalidations.sum()),
+                "snooped_blocks": int(self.waited.sum()), "snooped_copies": int(self.snooped.sum()),
+                "block_bytes": self.costs.block_bytes}
+
+
+__all__ = ["SCHEMES", "BlockCosts", "CoherenceCosts", "CoherenceCounters", "Holders", "SharedBlocks"]

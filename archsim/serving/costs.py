@@ -96,16 +96,17 @@ class StepCostTable:
             return DecodeTerms(d, n // d, "gpu", 0.0, 0.0, 1.0)
         (d0, d1), wd = _bracket(self.seq_grid, d)
         (n0, n1), wn = _bracket(self.token_grid, n)
-        corners = [[self._point(a, b) for b in (n0, n1)] for a in (d0, d1)]
+        c00, c01, c10, c11 = self._point(d0, n0), self._point(d0, n1), self._point(d1, n0), self._point(d1, n1)
 
-        def mix(field: str) -> float:
-            v = [[getattr(corners[i][j], field) for j in (0, 1)] for i in (0, 1)]
-            if v[0][0] == v[0][1] == v[1][0] == v[1][1]:  # equal corners: the value itself, not a rounded blend
-                return v[0][0]
-            return ((1 - wd) * ((1 - wn) * v[0][0] + wn * v[0][1]) + wd * ((1 - wn) * v[1][0] + wn * v[1][1]))
+        def mix(v00: float, v01: float, v10: float, v11: float) -> float:
+            if v00 == v01 == v10 == v11:  # equal corners: the value itself, not a rounded blend
+                return v00
+            return ((1 - wd) * ((1 - wn) * v00 + wn * v01) + wd * ((1 - wn) * v10 + wn * v11))
 
-        base = corners[0][0]
-        return DecodeTerms(d, n // d, base.kind, mix("pool_ns"), mix("route_latency_ns"), mix("allreduce_stretch"))
+        return DecodeTerms(d, n // d, c00.kind, mix(c00.pool_ns, c01.pool_ns, c10.pool_ns, c11.pool_ns),
+                           mix(c00.route_latency_ns, c01.route_latency_ns, c10.route_latency_ns, c11.route_latency_ns),
+                           mix(c00.allreduce_stretch, c01.allreduce_stretch, c10.allreduce_stretch,
+                               c11.allreduce_stretch))
 
     def shared_prefix_factor(self, prefix_tokens: np.ndarray, private_tokens: list[np.ndarray]) -> float:
         """The pool's decode time with each group's shared prefix read once over the time without (at most 1;
@@ -118,6 +119,12 @@ class StepCostTable:
     def iteration_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray, pool_scale: float = 1.0) -> float:
         """`pool_scale`: the pool's decode time scaled (decode sequences sharing a prefix the pool reads once,
         `shared_prefix_factor`)."""
+        return self.iteration_pnm_ns(cached_tokens, new_tokens, pool_scale)[0]
+
+    def iteration_pnm_ns(self, cached_tokens: np.ndarray, new_tokens: np.ndarray,
+                         pool_scale: float = 1.0) -> tuple[float, float]:
+        """iteration_ns, and the PNM units' decode attention in it: the layers' PNM time (with every instance
+        attending at once, as the table's decode-step runs have them), 0 when decode attention is elsewhere."""
         cached = np.asarray(cached_tokens, dtype=np.int64)
         new = np.asarray(new_tokens, dtype=np.int64)
         tokens, sequences = int(new.sum()), int(new.size)
@@ -141,18 +148,26 @@ class StepCostTable:
             w = self.workload
             gpu = self._gpu[key] = gpu_time(w.shape, w.dtype, tokens, sequences, w.tensor_parallel,
                                             self.system.gpus, stretch)
-        return compose(self.system, self.workload, tokens, sequences, d, n, prefill, terms, gpu).time_ns
+        time_ns = compose(self.system, self.workload, tokens, sequences, d, n, prefill, terms, gpu).time_ns
+        pnm_ns = self.workload.shape.num_layers * terms.pool_ns if terms is not None and terms.kind == "pnm" else 0.0
+        return time_ns, pnm_ns
 
     def decode_steps_ns(self, cached_tokens: np.ndarray, steps: int) -> np.ndarray:
         """`steps` decode iterations of one batch, sequence s holding cached_tokens[s] + j tokens at step j:
         iteration_ns(cached_tokens + j, ones) for each j, bit for bit, in one vectorized pass when the batch's
         all-reduces do not share a fabric (else one call per step)."""
+        return self.decode_steps_pnm_ns(cached_tokens, steps)[0]
+
+    def decode_steps_pnm_ns(self, cached_tokens: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """decode_steps_ns, and each step's PNM time as iteration_pnm_ns gives it."""
         cached = np.asarray(cached_tokens, dtype=np.int64)
         d = int(cached.size)
         n = int(cached.sum()) + d * np.arange(steps, dtype=np.int64)
         pool, stretch = self._decode_vectors(d, n)
         if stretch is None:  # a stretch that varies with the context changes the all-reduces: price each step
-            return np.array([self.iteration_ns(cached + j, np.ones(d, dtype=np.int64)) for j in range(steps)])
+            ones = np.ones(d, dtype=np.int64)
+            pairs = [self.iteration_pnm_ns(cached + j, ones) for j in range(steps)]
+            return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
         if len(self._seen) < 4096:
             self._seen.extend((d, int(x)) for x in n[: 4096 - len(self._seen)])
         w, gpus = self.workload, self.system.gpus
@@ -160,16 +175,18 @@ class StepCostTable:
         gpu = self._gpu.get(key)
         if gpu is None:
             gpu = self._gpu[key] = gpu_time(w.shape, w.dtype, d, d, w.tensor_parallel, gpus, 1.0)
+        L = w.shape.num_layers
         if pool is None:  # the GPUs' HBM roofline, as compose's `gpu` kind
             kv_heads, group, row_bytes, macs = attention_constants(w.shape, w.dtype)
             rows = (n + 2 * d).astype(np.float64)
             flops = 2.0 * (n + d).astype(np.float64) * kv_heads * group * macs
             attention = np.maximum(rows * kv_heads * row_bytes / w.tensor_parallel / gpus.hbm_bandwidth_GBps,
                                    flops / w.tensor_parallel / (gpus.peak_TFLOPS * 1e3))
+            pnm = np.zeros(steps)
         else:
             attention = pool
-        L = w.shape.num_layers
-        return L * gpu.kernels_ns + L * gpu.allreduce_ns + L * attention + gpu.epilogue_ns
+            pnm = L * attention
+        return L * gpu.kernels_ns + L * gpu.allreduce_ns + L * attention + gpu.epilogue_ns, pnm
 
     def _decode_vectors(self, d: int, n: np.ndarray) -> tuple[np.ndarray | None, float | None]:
         """The decode part's pool time per step (None: the HBM roofline) and its all-reduce stretch (None when

@@ -28,6 +28,11 @@ A sequence whose KV alone exceeds HBM lives in the tier below and streams: its K
 iteration it is in (as is everyone's with `decode: stream`); such an iteration lasts until both the GPU work and
 the stream are done (per-layer overlap).
 
+With several servers (`spec.servers`) the blocks they share through a pool tier cost the coherence scheme's
+flushes, invalidations or snoops (archsim.serving.coherence.Holders), owed by the instance that writes, reads or
+evicts them and paid in its next iteration; with KV in a PNM pool each iteration's decode attention is a job at
+the pool's shared PNM units (archsim.serving.pnm_units), and the rest of the iteration follows it.
+
 Stretches of pure decode (every running sequence decoding, nothing admissible) run on a fast path: the same
 iterations back to back without events, up to the next event that could change the batch; a test holds it to
 the event-by-event run bit for bit.
@@ -35,11 +40,12 @@ the event-by-event run bit for bit.
 Per-request state is numpy arrays indexed by request id; ties between events at one instant are broken by
 kind (transfers land, then iterations end, then arrivals) and then by id, so a run is deterministic.
 
-Why one module of about 1,070 lines: the event handlers share some forty per-request and per-instance arrays
+Why one module of about 1,700 lines: the event handlers share some forty per-request and per-instance arrays
 and call one another within one event (an iteration's end completes requests, frees blocks, admits, starts
 loads and the next iteration); split over modules they would pass the engine itself around. What stands
-alone is in its own module: the prefix cache (kvcache.py), the links (transfers.py), the iteration cost
-(costs.py), the activity log (activity.py), the metrics (metrics.py).
+alone is in its own module: the prefix cache (kvcache.py), the links (transfers.py, paths.py), the iteration
+cost (costs.py), shared blocks' coherence (coherence.py), the shared PNM units (pnm_units.py), the activity log
+(activity.py), the metrics (metrics.py).
 """
 
 from __future__ import annotations
@@ -56,9 +62,11 @@ import numpy as np
 
 from archsim.errors import ArchsimError, ConfigError
 from archsim.serving.activity import ActivityLog
+from archsim.serving.coherence import CoherenceCosts, Holders
 from archsim.serving.gpu_l2 import GpuL2Sampler
 from archsim.serving.kvcache import LRUTier, TieredPrefixCache
 from archsim.serving.paths import PathSharing
+from archsim.serving.pnm_units import PnmUnits
 from archsim.serving.pool_l2 import PoolL2Sampler
 from archsim.serving.requests import RequestTable
 from archsim.serving.spec import IterationCost, ServingSpec, validate
@@ -68,7 +76,7 @@ from archsim.serving.utilization import Intervals, utilization_over_time
 from archsim.system.multi_token import QUERIES_MAX
 
 ARRIVING, WAITING, LOADING, RUNNING, DONE, REJECTED = range(6)
-EV_LINK, EV_ITER, EV_ARRIVAL = range(3)               # tie order at one instant
+EV_LINK, EV_UNIT, EV_ITER, EV_ARRIVAL = range(4)      # tie order at one instant
 # what a finished transfer wakes (activity.TRANSFER_KINDS names them in this order)
 X_LOAD, X_SWAP_IN, X_ITER, X_WRITE, X_MOVE, X_ITER_WRITE, X_SWAP_OUT, X_DEMOTE = range(8)
 WRITES = (X_WRITE, X_ITER_WRITE, X_SWAP_OUT, X_DEMOTE)  # away from the GPUs: the links' other direction
@@ -138,6 +146,8 @@ class ServingResult:
     decode_tokens: np.ndarray | None = None
     decode_pairs: np.ndarray | None = None
     swap_recomputes: int = 0             # preemption swap: preemptions that recomputed (no tier below the KV)
+    coherence: dict | None = None        # several servers on a pool: its shared blocks' coherence traffic and stalls
+    pnm_units: dict | None = None        # ... and the attention jobs their instances queued at its PNM units
 
     @property
     def mean_inflight(self) -> float:
@@ -268,10 +278,12 @@ class _Engine:
         self.stream_all = spec.decode == "stream"
         self._build_links()
         self._build_caches()
+        self._build_units()
         self.in_tokens = table.input_tokens.astype(np.int64)
         self.out_tokens = table.output_tokens.astype(np.int64)
         self.succ_off, self.succ = successors(table)
         self.ckeys, self.coff = context_keys(table, (self.succ_off, self.succ))
+        self._build_coherence()
         self.lookup_blocks = np.maximum(self.in_tokens - 1, 0) // self.bt   # at least one prompt token computes
         self._init_request_state()
         self._init_instances()
@@ -307,6 +319,7 @@ class _Engine:
         pools = [k for k, tier in enumerate(self.spec.tiers) if tier.kind == "pool"]
         self.pool_index = pools[0] if pools else -1
         self.pnm_index = self.pool_index if pools and self.spec.tiers[self.pool_index].compute == "pnm" else -1
+        self.pnm_decoders = self.pnm_index >= 0 and not self.auto    # decode sequences may read a prefix once
         self.pool_bytes = Intervals() if pools else None       # what the pool's DRAM served, when
         self.pool_transfer: dict[int, tuple[float, float]] = {}  # timed transfer id -> (start ns, bytes)
 
@@ -334,6 +347,61 @@ class _Engine:
         self.peak_pinned = np.zeros(self.T, dtype=np.int64)
         self.demoted: dict[tuple[int, int], int] = {}   # (instance, tier) -> blocks demoted into it, not yet timed
 
+    def _build_units(self) -> None:
+        """Several servers with their KV in a PNM pool: each iteration's decode attention is a job at the pool's
+        shared PNM units (archsim.serving.pnm_units), of the cost table's PNM time over the instances (the table
+        has every instance attending at once), the rest of the iteration after it. One server keeps the table's
+        price (its symmetric-instance rule)."""
+        self.units: PnmUnits | None = None
+        self.unit_heap: list[tuple[float, int, int, int]] = []
+        if self.servers == 1 or self.auto or self.pnm_index < 0 or self.spec.kv_home != self.pnm_index or \
+                not hasattr(self.cost, "iteration_pnm_ns"):
+            return
+        self.units = PnmUnits(self.servers, self.spec.pnm_scheduling)
+        self.unit_version = 0
+        self.job_of: dict[int, tuple[int, float]] = {}     # job id -> (instance, the iteration's time after it)
+
+    def _build_coherence(self) -> None:
+        """Several servers sharing a pool tier: which server holds lines of which of its blocks and version
+        (coherence.Holders, `spec.coherence`'s scheme), and what each instance owes its next iteration for it
+        (`owed[i]`: flushes, invalidations, snooped blocks; counts, so that a decode stretch owes bit for bit
+        what its iterations owe one by one). One server, or no pool: nothing is charged."""
+        self.coherence: Holders | None = None
+        if self.servers == 1 or self.pool_index < max(self.base, 1):
+            return
+        self.shared_tier = self.views[0].tiers[self.pool_index - self.base]
+        self.shared_tier.written, self.shared_tier.evicted = [], []
+        # under DMA no CPU cache holds a block's data: the protocol orders its publication, one metadata line
+        costs = CoherenceCosts()
+        costs = costs.for_block(costs.line_bytes if self.spec.kv_data_path == "dma" else self.block_bytes)
+        self.coherence = Holders(np.unique(self.ckeys), self.servers, self.spec.coherence, costs)
+        self.owed = np.zeros((self.spec.instances, 3), dtype=np.int64)
+
+    def _sync_coherence(self, i: int) -> None:
+        """Charge instance i for the blocks its last cache operations evicted from and wrote into the shared pool:
+        their evictions, then their writes (an operation makes room before it writes)."""
+        tier = self.shared_tier
+        server = int(self.spec.server_of(i))
+        if tier.evicted:
+            self.owed[i, 2] += self.coherence.evict(tier.evicted, server)
+            tier.evicted.clear()
+        if tier.written:
+            flushes, snooped = self.coherence.write(tier.written, server)
+            tier.written.clear()
+            self.owed[i, 0] += flushes
+            self.owed[i, 2] += snooped
+
+    def _read_shared(self, i: int, keys: np.ndarray) -> None:
+        """Instance i reads these blocks of the shared pool (in place, or loading them)."""
+        if len(keys):
+            self.owed[i, 1] += self.coherence.read(keys, int(self.spec.server_of(i)))
+
+    def _owed_ns(self, i: int) -> float:
+        """What instance i owes for coherence, in time; paid (zeroed) now."""
+        flushes, invalidations, snooped = self.owed[i].tolist()
+        self.owed[i] = 0
+        return self.coherence.costs.stall_ns(flushes, invalidations, snooped)
+
     def _init_request_state(self) -> None:
         n, T = self.n, self.T
         self.arrival = np.array(self.table.arrival_ns, dtype=np.float64, copy=True)
@@ -350,6 +418,9 @@ class _Engine:
         self.took_over = False
         self.looked_up = np.zeros(n, dtype=bool)
         self.admit_cached = np.zeros(n, dtype=np.int64)   # blocks present (hit or loaded) at admission
+        # prompt tokens, from the start, whose blocks the tier below HBM held at admission: recomputed (loading
+        # did not pay, or a recompute preemption), not written through again
+        self.below_held = np.zeros(n, dtype=np.int64)
         # a request that found no room is not looked at again until some sequence releases blocks
         self.blocked_epoch = np.full(n, -1, dtype=np.int64)
         self.release_epoch = 0
@@ -433,15 +504,17 @@ class _Engine:
         for r in first.tolist():
             heapq.heappush(self.heap, (float(self.arrival[r]), EV_ARRIVAL, r, 0))
         self._plan_arrivals(first)
-        heaps = (self.heap, self.iter_heap, self.link_heap)
+        heaps = (self.heap, self.iter_heap, self.link_heap, self.unit_heap)
         while any(heaps):
             t, kind, a, b = heapq.heappop(min((h for h in heaps if h), key=lambda h: h[0]))
             if kind == EV_ITER:
                 self._iteration_part_done(a, t)
             elif kind == EV_ARRIVAL:
                 self._arrive(a, t)
-            else:
+            elif kind == EV_LINK:
                 self._link_check(b, t)
+            else:
+                self._unit_check(b, t)
             if self.demoted:
                 self._time_demotions(t)
         self._check_finished()
@@ -633,8 +706,9 @@ class _Engine:
     def _verify_tokens(self, ids: np.ndarray) -> np.ndarray:
         """Positions each decode sequence computes this iteration: 1, or with speculation the k drafted tokens
         after its last one, never more than it still has to emit (so its blocks stay within its KV)."""
-        left = self.out_tokens[ids] - self.out_done[ids]
-        return np.minimum(self.verify_tokens, left) if self.speculation is not None else np.ones(len(ids), np.int64)
+        if self.speculation is None:
+            return np.ones(len(ids), np.int64)
+        return np.minimum(self.verify_tokens, self.out_tokens[ids] - self.out_done[ids])
 
     def _fast_decode(self, i: int, t: float, ids: np.ndarray) -> float:
         """Run decode iterations of the unchanged batch `ids` back to back, up to (not into) the iteration
@@ -653,6 +727,8 @@ class _Engine:
             bound = min(bound, others if coupled else others + self.min_think_ns)
         if bound < t + self.last_step_ns[i]:
             return t                   # not even one step of the last one's length fits: the event path runs it
+        if self.units is not None and len(self.units):
+            return t                   # another server's job is at the PNM units: the steps' times depend on it
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
         left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
@@ -661,17 +737,36 @@ class _Engine:
             left = min(left, int((R - ctx % R).min()) - 1)
         done, chunk = 0, 8
         step_ends = [t]                # every step's end, for the pool DRAM's bytes over time
+        owed_before = self.owed[i].copy() if self.coherence is not None else None
         while done < left:
             steps = min(chunk, left - done)
             chunk *= 2
-            ends, t_end = [], t
-            for step_ns in self._decode_steps_ns(ctx, steps, ids):
-                t_end += step_ns
+            owed = None
+            if owed_before is not None:
+                owed, started, steps = self._owed_ahead(i, ids, ctx, held_tokens, steps, not done)
+                if not steps:
+                    break
+            ends, t_end, works = [], t, []
+            for j, (rest_ns, work_ns) in enumerate(self._decode_steps(ctx, steps, ids)):
+                if owed is not None:
+                    rest_ns = rest_ns + owed[j]
+                works.append(work_ns)
+                # as the event path: alone at the PNM units its job ends `work_ns` after the step starts
+                t_end = t_end + rest_ns if not work_ns else (t_end + work_ns) + rest_ns
                 if t_end >= bound:
                     break
                 ends.append(t_end)
             fits = self._grow_ahead(i, ids, ctx, held_tokens, len(ends))
+            if owed_before is not None:    # what the steps run paid comes off what the instance owes
+                self._sync_coherence(i)
+                if fits:
+                    self.owed[i, 0] -= int(started[:fits].sum())
+                    if not done:
+                        self.owed[i] -= owed_before
             if fits:
+                if self.units is not None:
+                    alone = [(s, w) for s, w in zip([t, *ends[:fits - 1]], works[:fits], strict=True) if w]
+                    self.units.ran_alone(int(self.spec.server_of(i)), [s for s, _ in alone], [w for _, w in alone])
                 if self.activity is not None:
                     self.activity.decode_steps(i, t, ends[:fits], len(ids))
                 t = ends[fits - 1]
@@ -708,6 +803,53 @@ class _Engine:
                     self.pool_bytes.add_many(edges[:-1], edges[1:], (tokens * self.kvb).astype(np.float64))
         return t
 
+    def _owed_ahead(self, i: int, ids: np.ndarray, ctx: np.ndarray, held_tokens: np.ndarray, steps: int,
+                    first: bool) -> tuple[list[float], np.ndarray, int]:
+        """What each of the next `steps` decode steps of batch `ids` owes for coherence: the flushes (software)
+        of the blocks it starts in the shared pool, and the first step of a stretch what the instance owes now.
+        Returns (stall per step, blocks started in the pool per step, steps that may run ahead). The steps stop
+        before the first whose blocks make their tier evict where that costs (back-invalidation snoops what
+        it evicts; a home outside the pool may demote into it), or, with back-invalidation, whose blocks were in
+        the pool before (their holders are snooped): the event path prices those."""
+        started = np.zeros(steps, dtype=np.int64)
+        limit = steps
+        first_step = held_tokens - ctx                 # as _grow_ahead: when each sequence needs its next block
+        needs = first_step < steps
+        if needs.any():
+            if len(set(self.res[ids[needs]].tolist())) > 1:
+                return [], started, 0                  # placement auto, both sides growing: the event path
+            events = sorted((j, s) for s in np.flatnonzero(needs).tolist()
+                            for j in range(int(first_step[s]), steps, self.bt))
+            order: dict[int, int] = {}
+            positions = []
+            for _, s in events:
+                g = int(ids[s])
+                m = order.get(g, 0)
+                order[g] = m + 1
+                positions.append(self.coff[g] + self.nheld[g] + m)
+            keys = self.ckeys[np.asarray(positions, dtype=np.int64)]
+            v = int(self.res[ids[needs][0]])
+            tier = self.views[i].tiers[v]
+            new = ~tier.holds_mask(keys.tolist())
+            js = np.array([j for j, _ in events], dtype=np.int64)
+            in_pool = self.base + v == self.pool_index
+            software = self.spec.coherence == "software"
+            free = math.inf if tier.unbounded else tier.capacity_blocks - len(tier)
+            stop = np.cumsum(new) > free if not (in_pool and software) else np.zeros(len(js), dtype=bool)
+            if in_pool and not software:
+                held = self.coherence.held[np.searchsorted(self.coherence.keys, keys)]
+                stop |= new & (held != 0)
+            if stop.any():
+                limit = int(js[int(np.argmax(stop))])
+            if in_pool and software:
+                started = np.bincount(js[new], minlength=steps).astype(np.int64)
+        costs = self.coherence.costs
+        owed = [costs.stall_ns(int(n), 0, 0) for n in started[:limit].tolist()]
+        if first and limit:
+            flushes, invalidations, snooped = self.owed[i].tolist()
+            owed[0] = costs.stall_ns(flushes + int(started[0]), invalidations, snooped)
+        return owed, started, limit
+
     def _link_bound(self) -> float:
         """No transfer anyone waits for completes before this (the fast path's bound from the links)."""
         if not self.quiet_next:
@@ -723,6 +865,21 @@ class _Engine:
         ids.append(r)
         news.append(chunk)
         prefill.append(True)
+
+    def _decode_steps(self, ctx: np.ndarray, steps: int, ids: np.ndarray) -> list[tuple[float, float]]:
+        """`_decode_steps_ns` as (time after the PNM units' job, the job's work) per step, as `_start_iteration`
+        splits an iteration when the units are modelled (work 0: no job)."""
+        if self.units is None:
+            return [(x, 0.0) for x in self._decode_steps_ns(ctx, steps, ids)]
+        vectorized = getattr(self.cost, "decode_steps_pnm_ns", None)
+        if vectorized is not None:
+            totals, pnm = vectorized(ctx, steps)
+        else:
+            ones = np.ones(len(ctx), dtype=np.int64)
+            totals, pnm = zip(*(self.cost.iteration_pnm_ns(ctx + j, ones) for j in range(steps)), strict=True)
+        instances = self.spec.instances
+        return [(float(x) - float(p), float(p) / instances) if p > 0 else (float(x), 0.0)
+                for x, p in zip(np.asarray(totals).tolist(), np.asarray(pnm).tolist(), strict=True)]
 
     def _decode_steps_ns(self, ctx: np.ndarray, steps: int, ids: np.ndarray) -> list[float]:
         """Durations of `steps` decode iterations of one batch, sequence s holding ctx[s] + j tokens at step j:
@@ -810,6 +967,8 @@ class _Engine:
         grow = decoding[short > 0]
         seqs = np.repeat(np.arange(len(grow)), short[short > 0]).tolist()
         if not len(grow) or (len(set(self.res[grow].tolist())) == 1 and self._grow_all(i, grow, None, seqs)):
+            if self.coherence is not None:
+                self._sync_coherence(i)
             return
         view = self.views[i]
         for g in grow[seqs].tolist():
@@ -828,6 +987,8 @@ class _Engine:
             else:
                 self.nheld[g] += 1
                 self._note_pinned(i, v)
+        if self.coherence is not None:
+            self._sync_coherence(i)
 
     def _victim(self, i: int, tier: int | None = None) -> int:
         """The most recently admitted decode sequence (its prompt KV is complete, so caching it stays valid), of
@@ -905,9 +1066,15 @@ class _Engine:
             ok = view.insert(seq_keys, v, pin=True)
         if not ok:
             raise AssertionError(f"request {r}: its blocks were counted to fit")
+        if self.coherence is not None:       # its new blocks written into the shared pool, its hits there read
+            self._sync_coherence(i)
+            self._read_shared(i, seq_keys[:cached_blocks][self.base + hits[:cached_blocks] == self.pool_index])
         if not self.preemptions[r]:            # what the request found when it was admitted
             self.hit_blocks[r, self.base:] = np.bincount(hits, minlength=self.T - self.base)
         self.admit_cached[r] = cached_blocks
+        if self.base == 0 and v == 0:
+            below = hits[cached_blocks:] == 1
+            self.below_held[r] = (cached_blocks + int(np.argmin(np.append(below, False)))) * self.bt
         self._note_pinned(i, v)
         pend[v].update(seq_keys[cached_blocks:].tolist())
         self.nheld[r] = nblocks
@@ -982,6 +1149,10 @@ class _Engine:
         if not view.insert(keys, dest, pin=True):
             return False
         view.unpin(keys, src)
+        if self.coherence is not None:
+            self._sync_coherence(i)
+            if self.base + src == self.pool_index:
+                self._read_shared(i, keys)
         if self.pool_l2 is not None and src == self.pool_index:  # a move out of the pool reads it, host port
             self.pool_l2.read(keys)
         self.release_epoch += 1
@@ -1031,23 +1202,30 @@ class _Engine:
             return np.zeros(len(ids), dtype=bool)
         return self.base + self.res[ids] == self.pnm_index
 
-    def _compute_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray, scale: float) -> float:
+    def _compute_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
+                    scale: float) -> tuple[float, float]:
         """The target's part of an iteration, then the verifier's rows (a tree's own verifier model) on the same
-        GPUs."""
+        GPUs; and the shared PNM units' part of it (0 unless they are modelled: `_build_units`)."""
         mine = self.table.verifier[ids] if self.verifier is not None else None
         if mine is None or not mine.any():
-            return float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else \
-                self._iteration_ns(ids, cached, news)
+            return self._target_ns(ids, cached, news, scale)
         assert self.verifier is not None
         self.verifier_passes += 1
         verify_ns = float(self.verifier.iteration_ns(cached[mine], news[mine]))
         rest = ~mine
         if not rest.any():
             self.verifier_only_passes += 1  # the target's weights stay unread this iteration
-            return verify_ns
-        target_ns = float(self.cost.iteration_ns(cached[rest], news[rest], scale)) if scale < 1.0 else \
-            self._iteration_ns(ids[rest], cached[rest], news[rest])
-        return target_ns + verify_ns
+            return verify_ns, 0.0
+        target_ns, pnm_ns = self._target_ns(ids[rest], cached[rest], news[rest], scale)
+        return target_ns + verify_ns, pnm_ns
+
+    def _target_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
+                   scale: float) -> tuple[float, float]:
+        if self.units is not None:
+            time_ns, pnm_ns = self.cost.iteration_pnm_ns(cached, news, scale)
+            return float(time_ns), float(pnm_ns)
+        return (float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else
+                self._iteration_ns(ids, cached, news)), 0.0
 
     def _sample_l2(self, ids: np.ndarray, cached: np.ndarray, first: int, count: int = 1) -> None:
         """The GPU attention's block reads of iterations [first, first + count) of this batch, if any of them is
@@ -1099,14 +1277,14 @@ class _Engine:
 
     def _pool_decoders(self, ids: np.ndarray, decoding: np.ndarray) -> np.ndarray:
         """The decode sequences of a batch whose KV is in a PNM pool and fills at least one block."""
-        if self.pool_index < 0 or self.auto or self.spec.tiers[self.pool_index].compute != "pnm":
+        if not self.pnm_decoders:
             return ids[:0]
         dec = ids[decoding]
         return dec[(self.base + self.res[dec] == self.pool_index) & (self.ctx[dec] >= self.bt)]
 
     def _shares_blocks(self, dec: np.ndarray) -> bool:
         """Whether two of these sequences hold the same first block (then they share a leading run of blocks)."""
-        return len(dec) > 1 and len(np.unique(self.ckeys[self.coff[dec]])) < len(dec)
+        return len(dec) > 1 and len(set(self.ckeys[self.coff[dec]].tolist())) < len(dec)
 
     def _by_key(self, members: list[int], full: dict[int, int], depth: int) -> dict[int, list[int]]:
         """Members that hold block `depth`, by its key (the others, whose context ends before it, leave)."""
@@ -1187,6 +1365,8 @@ class _Engine:
         prefill wrote it there), or stays where it is when it lives in a shared tier (a pool)."""
         self.handed[r] = False
         if self.base + self.res[r] > 0:
+            if self.coherence is not None and self.base + self.res[r] == self.pool_index:
+                self._read_shared(i, self._seq_keys(r, int(self.nheld[r])))   # the prefill side wrote them
             self.state[r] = RUNNING
             self.running[i].append(r)
             self.took_over = True
@@ -1226,6 +1406,10 @@ class _Engine:
         self._note_pinned(i, v)
         self.nheld[r] = nblocks
         below = self.base + v + 1
+        if self.coherence is not None:
+            self._sync_coherence(i)
+            if handover and below == self.pool_index:     # what the prefill side wrote through
+                self._read_shared(i, keys[self.shared_tier.holds_mask(keys.tolist())])
         size = float(self.ctx[r] * self.kvb)
         if self.pool_l2 is not None and below == self.pool_index:
             self.pool_l2.read(self._seq_keys(r, -(-int(self.ctx[r]) // self.bt)))
@@ -1256,23 +1440,35 @@ class _Engine:
         cached = self.ctx[ids]
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news)
-        compute_ns = self._compute_ns(ids, cached, news, scale)
+        compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale)
+        work_ns = 0.0
+        if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
+            compute_ns -= pnm_ns
+            work_ns = pnm_ns / self.spec.instances
         if self.speculation is not None:
             compute_ns += self._speculate(ids, cached, news, prefill)
+        if self.coherence is not None:     # flushes, invalidations, snoops of its blocks in the shared pool
+            compute_ns += self._owed_ns(i)
         self.batch[i] = (ids, news, prefill)
         self.parts_left[i] = 1
-        heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
+        if work_ns > 0:
+            self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
+            self.job_of[self.units.start(work_ns, int(self.spec.server_of(i)), t)] = (i, compute_ns)
+            self._recheck_units()
+        else:
+            heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
         if self.pool_bytes is not None:            # the pool's KV read (decode, prefixes, streams) and appended
             on_pool = self.base + self.res[ids] == self.pool_index
-            if on_pool.any():
-                self.pool_bytes.add(t, t + compute_ns, float((cached[on_pool] + news[on_pool]).sum() * self.kvb))
+            if on_pool.any():                      # (over the iteration as it lasts alone)
+                self.pool_bytes.add(t, (t + work_ns) + compute_ns,
+                                    float((cached[on_pool] + news[on_pool]).sum() * self.kvb))
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         if prefill.any():                          # what each request's prefills computed (its energy)
             rows, n, c = ids[prefill], news[prefill], cached[prefill]
             self.prefill_tokens[rows] += n
             self.prefill_pairs[rows] += n * c + n * (n + 1) // 2
-        self._iteration_writes(i, t, ids, news, prefill, compute_ns)
+        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + compute_ns)
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
@@ -1286,12 +1482,13 @@ class _Engine:
                 if self._transfer(self.base + v, size, X_ITER, i, t):
                     self.parts_left[i] += 1
 
-    def _iteration_writes(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
-                          compute_ns: float) -> None:
+    def _iteration_writes(self, i: int, t: float, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
+                          prefill: np.ndarray, compute_ns: float) -> None:
         """The KV an iteration writes. Where it lives below HBM (a pool, a streamed tier) it crosses the link:
         prefill chunks timed, as part of the iteration; decode appends counted. A prefill chunk computed in
         HBM is written through to the tier below as it is computed, and the iteration ends when that write has
-        landed too (vLLM's KV connector: `wait_for_save` ends the forward pass), so that is its one charge."""
+        landed too (vLLM's KV connector: `wait_for_save` ends the forward pass), so that is its one charge; the
+        blocks that tier already held are not written again (a connector checks before it saves)."""
         written = news * self.kvb
         res = self.res[ids]
         timed = np.zeros(self.T)
@@ -1304,7 +1501,10 @@ class _Engine:
                 timed[self.base + v] += chunks
                 self._count_written(self.base + v, i, size - chunks)
         if self.base == 0 and self.T > 1:
-            through = float(written[(res == 0) & prefill].sum())
+            rows = (res == 0) & prefill
+            end = cached[rows] + news[rows]
+            fresh = np.maximum(0, end - np.maximum(cached[rows], self.below_held[ids[rows]]))
+            through = float(fresh.sum() * self.kvb)
             self.tier_write[1] += through
             timed[1] += through
             if through and self.pool_index == 1:       # the pool's DRAM takes it over the iteration
@@ -1401,6 +1601,8 @@ class _Engine:
         lower = self.views[i].tiers[1]
         before = lower.counters.insertions
         self.views[i].insert_prefix(keys, 1)
+        if self.coherence is not None:
+            self._sync_coherence(i)
         if written:
             return
         size = float((lower.counters.insertions - before) * self.block_bytes)
@@ -1486,6 +1688,25 @@ class _Engine:
         if nxt is not None:
             heapq.heappush(self.link_heap, (nxt[0], EV_LINK, 0, self.link_version))
 
+    def _recheck_units(self) -> None:
+        self.unit_version += 1
+        nxt = self.units.next_completion()
+        if nxt is not None:
+            heapq.heappush(self.unit_heap, (nxt[0], EV_UNIT, 0, self.unit_version))
+
+    def _unit_check(self, version: int, t: float) -> None:
+        """A job at the PNM units is done: the rest of its iteration follows."""
+        if version != self.unit_version:
+            return
+        self._units_done(t)
+        self._recheck_units()
+
+    def _units_done(self, t: float) -> None:
+        """The jobs the units finished by t: the rest of each one's iteration follows."""
+        for t_done, jid in self.units.advance(t):
+            i, rest_ns = self.job_of.pop(jid)
+            heapq.heappush(self.iter_heap, (t_done + rest_ns, EV_ITER, i, 0))
+
     def _link_check(self, version: int, t: float) -> None:
         if version != self.link_version:
             return
@@ -1548,6 +1769,7 @@ class _Engine:
         stats = []
         for view in self.views:
             stats.extend(s for s in view.stats() if s["name"] not in {x["name"] for x in stats})
+        coherence = self._coherence_result(link_bytes)
         return ServingResult(
             spec=self.spec, arrival_ns=self.arrival, first_token_ns=self.first_ns, last_token_ns=self.last_ns,
             queueing_ns=self.queueing_ns, kv_load_ns=np.where(np.isnan(self.first_ns), np.nan, self.kv_load_ns),
@@ -1575,7 +1797,23 @@ class _Engine:
             kv_fetched_bytes=self._kv_fetched_bytes(), prefill_tokens=self.prefill_tokens.copy(),
             prefill_pairs=self.prefill_pairs.copy(), prefill_context=self.prefill_context.copy(),
             decode_tokens=self.decode_tokens.copy(), decode_pairs=self.decode_pairs.copy(),
-            swap_recomputes=self.swap_recomputes)
+            swap_recomputes=self.swap_recomputes, coherence=coherence,
+            pnm_units=self.units.summary(self.span_end - self.span_start) if self.units is not None else None)
+
+    def _coherence_result(self, link_bytes: dict[str, float]) -> dict | None:
+        """The shared pool's coherence totals and each server's; back-invalidation's snoops and responses are
+        added to the bytes of the holder's port and the pool's shared side (counted, not timed). A software
+        flush's bytes are the written block's own, already on the links."""
+        c = self.coherence
+        if c is None:
+            return None
+        name = self.link_of_tier[self.pool_index]
+        for s in range(self.servers):
+            snooped = float(c.snooped[s] * c.costs.snoop_bytes)
+            if snooped:
+                link_bytes[server_link_name(name, s)] += snooped
+                link_bytes[name] += snooped
+        return {**c.summary(), "servers": c.per_server()}
 
     def _kv_fetched_bytes(self) -> float:
         """KV the decode and verification attention fetched from where it lives: HBM reads every sequence's

@@ -96,6 +96,10 @@ class LRUTier:
         self.counters = TierCounters()
         self._lru: OrderedDict[int, None] = OrderedDict()  # unpinned resident keys, least recent first
         self._pins: dict[int, int] = {}  # pinned resident key -> number of pins
+        # lists the owner sets to learn which keys became resident here and which were evicted (in that order
+        # within each list), e.g. the serving engine's coherence bookkeeping; None: not kept
+        self.written: list[int] | None = None
+        self.evicted: list[int] | None = None
 
     @property
     def unbounded(self) -> bool:
@@ -390,7 +394,11 @@ class TieredPrefixCache:
             t.touch_all(ks)  # keep the admitted keys out of the eviction's way
             victims = [lru.popitem(last=False)[0] for _ in range(need)]
             t.counters.evictions += need
+            if t.evicted is not None:
+                t.evicted.extend(victims)
         new = [k for k in ks if k not in lru and k not in pins]
+        if t.written is not None:
+            t.written.extend(new)
         if promote:
             t.counters.promotions += len(new)
             left = new
@@ -428,7 +436,11 @@ class TieredPrefixCache:
                 return
             victim = b._lru.popitem(last=False)[0]
             b.counters.evictions += 1
+            if b.evicted is not None:
+                b.evicted.append(victim)
         b._lru[key] = None
+        if b.written is not None:
+            b.written.append(key)
         t.counters.demotions_out += 1
         b.counters.demotions_in += 1
         if self.on_demote is not None:

@@ -105,7 +105,16 @@ def _servers(result: ServingResult, ids: np.ndarray) -> dict:
                         "throughput_tokens_per_s": out / window_s if window_s > 0 else None})
     rates = np.array([e["throughput_tokens_per_s"] or 0.0 for e in entries])
     jain = float(rates.sum() ** 2 / (len(rates) * (rates ** 2).sum())) if rates.any() else None
-    return {"servers": entries, "server_fairness": jain}
+    out: dict = {"servers": entries, "server_fairness": jain}
+    # the shared pool's blocks (the coherence scheme's traffic and stalls) and PNM units (the attention jobs'
+    # queueing), in all and each server's
+    for key in ("coherence", "pnm_units"):
+        shared = getattr(result, key)
+        if shared is not None:
+            out[key] = {k: v for k, v in shared.items() if k != "servers"}
+            for entry, mine in zip(entries, shared["servers"], strict=True):
+                entry[key] = mine
+    return out
 
 
 def _breakdown_ms(result: ServingResult, ids: np.ndarray) -> dict[str, float | None]:

@@ -44,8 +44,8 @@ def kernel_cached(system: SystemConfig) -> bool:
 
 # relative cost of a run, from the README main job (2000 multiturn requests, warm): a kernel-free system 2.2 s,
 # the first PNM system of a process 6.4 s (it runs the timed PNM unit), a later one on the same pool 5.9 s; and
-# compiling the memory kernel's variant when numba's cache does not hold it, 21 s
-PLAIN_COST, KERNEL_FIRST_COST, KERNEL_NEXT_COST, COMPILE_COST = 1.0, 2.9, 2.7, 9.5
+# compiling the memory kernel's variant when numba's cache does not hold it, 12 s
+PLAIN_COST, KERNEL_FIRST_COST, KERNEL_NEXT_COST, COMPILE_COST = 1.0, 2.9, 2.7, 5.4
 
 
 def _pool_key(system: SystemConfig) -> str:

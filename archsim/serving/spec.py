@@ -9,7 +9,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from archsim.errors import ConfigError
-from archsim.system.serving_config import DECODE_MODES, PREEMPTIONS, ROUTERS, TIER_KINDS  # the system file's words
+from archsim.system.serving_config import (  # the system file's words
+    COHERENCE_SCHEMES,
+    DECODE_MODES,
+    KV_DATA_PATHS,
+    PNM_SCHEDULING,
+    PREEMPTIONS,
+    ROUTERS,
+    TIER_KINDS,
+)
 
 
 class IterationCost(Protocol):
@@ -74,6 +82,12 @@ class ServingSpec:
     replan_tokens: int = 8192
     pool_dram_GBps: float = 0.0     # the modelled pool's peak DRAM bandwidth (0: no pool), for utilization over time
     servers: int = 1                # instances split evenly over servers, each reaching the tiers by its own port
+    # several servers on a pool: the scheme keeping the blocks they share coherent, and the PNM units' order of
+    # their attention jobs (`system.pool.coherence`, `system.pool.pnm.scheduling`)
+    coherence: str = "software"
+    kv_data_path: str = "dma"       # `system.pool.kv_data_path`: what coherence covers (a block's metadata line
+    # under DMA, its every line when CPUs copy it)
+    pnm_scheduling: str = "fair_share"
 
     def server_of(self, instance: Any) -> Any:
         """The server of an instance (or of an array of them)."""
@@ -130,5 +144,12 @@ def validate(spec: ServingSpec) -> None:
     for t, tier in enumerate(spec.tiers[1:], start=1):
         need(spec.servers == 1 or tier.server_link_GBps > 0, f"system.kv.tiers[{t}].endpoint",
              f"with {spec.servers} servers each needs a port to the tier, got {tier.server_link_GBps} GB/s")
+    need(spec.coherence in COHERENCE_SCHEMES, "system.pool.coherence",
+         f"must be one of {', '.join(COHERENCE_SCHEMES)}, got {spec.coherence!r}")
+    need(spec.kv_data_path in KV_DATA_PATHS, "system.pool.kv_data_path",
+         f"must be one of {', '.join(KV_DATA_PATHS)}, got {spec.kv_data_path!r}")
+    need(spec.pnm_scheduling in PNM_SCHEDULING, "system.pool.pnm.scheduling",
+         f"must be one of {', '.join(PNM_SCHEDULING)}, got {spec.pnm_scheduling!r}")
+    need(spec.servers <= 64, "system.servers", f"at most 64 servers share a pool, got {spec.servers}")
     need(not spec.disaggregated or 1 <= spec.prefill_instances < spec.instances, "system.serving.prefill_instances",
          f"disaggregation needs 1 <= prefill_instances < instances ({spec.instances}), got {spec.prefill_instances}")

@@ -481,16 +481,23 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
     workers = max(1, min(workers, spec.batch if searched else len(planned)))  # more would idle
     if not scheduler:
         check_fits_memory(workers, WORKER_BYTES, "worker processes", where="--workers")
-    # the executor before the store, so a scheduler that does not answer leaves no DIR behind, and before the
-    # progress bar's thread, so local workers can be forked
+    # a cluster's client before the store, so a scheduler that does not answer leaves no DIR behind; local workers
+    # after it (only when a point is left to compute: a resume of a finished sweep forks none) and before the
+    # progress bar's thread, so that they can be forked
     client = _dask_client(scheduler, connect_timeout_s) if scheduler else None
-    pool = None if scheduler else _local_pool(workers)
     try:
         store = Store.open(out_dir, spec.identity(), resume, spec.file)
     except BaseException:
-        _close(pool, client)
+        _close(None, client)
         raise
     rows = store.rows()
+    try:
+        idle = not searched and all(p.key in rows for p in planned)
+        pool = None if scheduler or idle else _local_pool(workers)
+    except BaseException:
+        store.close()
+        _close(None, client)
+        raise
     total = spec.count if searched else len(planned)
     bar = progress_bar(total, "point", f"sweep {spec.name}", quiet=quiet)
     executor = Executor(spec, store, bar, rows, pool, client, workers)

@@ -57,7 +57,10 @@ from archsim.system.address_map import CXL_WAYS, PoolAddressMap, build_address_m
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.system.serving_config import (
+    COHERENCE_SCHEMES,
     DECODE_MODES,
+    KV_DATA_PATHS,
+    PNM_SCHEDULING,
     KvTier,
     ServingConfig,
     location_of,
@@ -104,6 +107,7 @@ class PnmSpec:
     sram_bytes: int
     tile_tokens: int
     dma_outstanding_loads: int
+    scheduling: str = "fair_share"  # several servers: attention jobs of their instances at the units (PNM_SCHEDULING)
 
     def overrides(self) -> list[str]:
         """The system's values as `--set` overrides of the PNM config (for archsim.pnm.timed.unit_config)."""
@@ -122,6 +126,8 @@ class PoolSpec:
     l2: L2Config | None  # one device's L2, sliced evenly over its channels (ways, line, MSHRs per slice)
     pnm: PnmSpec | None
     address_map: PoolAddressMap | None = None  # servers' windows, interleave, DPA -> DRAM (system.address_map)
+    coherence: str = "software"  # several servers: how blocks they share stay coherent (COHERENCE_SCHEMES)
+    kv_data_path: str = "dma"  # how KV moves between GPUs and the pool (KV_DATA_PATHS): what coherence covers
 
     @property
     def channels_per_device(self) -> int:
@@ -461,13 +467,15 @@ def _parse_pool(s: Section, file: str | None, servers: int = 1) -> PoolSpec:
     l2 = parse_l2(s.sub("l2")) if s.has("l2") else None
     pnm = _parse_pnm(s.sub("pnm"), file) if s.has("pnm") else None
     amap = _parse_address_map(s.sub("address_map", {}), devices, memory, servers)
+    coherence = s.choice("coherence", COHERENCE_SCHEMES, "software")
+    kv_data_path = s.choice("kv_data_path", KV_DATA_PATHS, "dma")
     s.done()
     if l2 is not None:
         slice_bytes = l2.capacity_bytes // memory.organization.n_channels
         if l2.capacity_bytes % memory.organization.n_channels or slice_bytes % (l2.line_size_bytes * l2.ways):
             raise s.error("l2.capacity", f"{l2.capacity_bytes} B does not slice into whole sets over the device's "
                                          f"{memory.organization.n_channels} channels")
-    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap)
+    return PoolSpec(memory, str(mpath), devices, interleave, l2, pnm, amap, coherence, kv_data_path)
 
 
 def _parse_address_map(s: Section, devices: int, memory: MemoryConfig, system_servers: int) -> PoolAddressMap:
@@ -511,13 +519,14 @@ def _parse_pnm(s: Section, file: str | None) -> PnmSpec:
     sram = s.parsed("sram", parse_size_bytes, base.sram.capacity_bytes)
     tile = s.int("tile_tokens", 64, minimum=1)
     outstanding = s.int("dma_outstanding_loads", base.dma.max_outstanding_loads, minimum=1)
+    scheduling = s.choice("scheduling", PNM_SCHEDULING, "fair_share")
     s.done()
     if clock is not None and clock <= 0:
         raise s.error("clock", "must be positive")
     if not 0 < sram <= MAX_SRAM_BYTES:
         raise s.error("sram", f"must lie in (0, {MAX_SRAM_BYTES:,}] bytes (a PNM program addresses its SRAM with "
                               f"32 bits), got {sram:,}")
-    return PnmSpec(model, str(path), clock, macs, exps, sram, tile, outstanding)
+    return PnmSpec(model, str(path), clock, macs, exps, sram, tile, outstanding, scheduling)
 
 
 def _parse_sampling(s: Section) -> SamplingSpec:

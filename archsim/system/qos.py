@@ -28,7 +28,7 @@ import numpy as np
 from archsim.config.memory import ARBITERS, SOURCES, MemoryConfig, build_memory_config
 from archsim.errors import ConfigError
 from archsim.memory import ReplayResult, Requests, replay
-from archsim.report.memory_stats import memory_stats
+from archsim.report.memory_stats import jain_index, memory_stats
 from archsim.section import Section
 from archsim.units import parse_time_ns
 
@@ -121,12 +121,6 @@ class QosResult:
     def as_dict(self) -> dict[str, Any]:
         return {"sources": self.sources, "slowdown": self.slowdown, "jain_fairness": self.jain_fairness,
                 "interference": self.interference, "violations": list(self.violations)}
-
-
-def jain_index(values: list[float]) -> float:
-    """Jain's fairness index (sum x)^2 / (n sum x^2): 1 when all equal, 1/n when one takes everything."""
-    x = np.asarray(values, dtype=float)
-    return float(x.sum() ** 2 / (len(x) * (x**2).sum())) if len(x) and (x**2).sum() > 0 else 1.0
 
 
 def host_stream(memory: MemoryConfig, traffic: HostTraffic, channel: int, span_cycles: int,

@@ -323,7 +323,11 @@ def render(systems: Sequence[SystemConfig], workload: Workload, results: Sequenc
         f"cut to N servers: their GPUs, their ports, the pool side their routes reach), {REQUESTS_PER_SERVER} "
         "requests per server at the scenario's recorded rate spread over 16 servers (0.244 requests/s per "
         "server, so each server's load is the same at every N), with the requests' prefixes shared and with "
-        "every block private (no sharing). `pool side busy` is the shared side's busy share towards and away "
+        "every block private (no sharing). The presets keep shared blocks coherent in software (`pool.coherence`, "
+        "a CXL 2.0 pool's only choice); `G2.5 back-invalidation` is G2.5 with CXL 3.0's back-invalidation "
+        "instead, and `coherence stall` what all servers waited for it per request (docs/serving.md). `PNM "
+        "queueing` is the mean wait of an iteration's attention job at the pool's shared PNM units (fair share). "
+        "`pool side busy` is the shared side's busy share towards and away "
         "from the GPUs; fairness is Jain's index over the servers' token throughputs. archsim/serving/servers_doc.py:",
         "",
         *servers_section(),

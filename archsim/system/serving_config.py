@@ -19,6 +19,13 @@ DEVICE_OF_KIND = {"host_dram": "ddr5", "nvme": "nvme", "rdma": None}  # device e
 ROUTERS = ("round_robin", "least_loaded", "prefix")
 PREEMPTIONS = ("recompute", "swap")
 DECODE_MODES = ("load", "stream")
+# several servers on one pool: how shared blocks stay coherent (archsim.serving.coherence) and how the PNM
+# units order attention jobs from several servers (archsim.serving.pnm_units)
+COHERENCE_SCHEMES = ("software", "back_invalidate")
+# how the GPUs' KV moves to and from the pool: by DMA, which no CPU cache holds (coherence covers a block's
+# metadata line), or copied by CPUs through their caches (coherence covers every line of the block)
+KV_DATA_PATHS = ("dma", "cpu")
+PNM_SCHEDULING = ("fifo", "fair_share")
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,14 @@ into one line and exit code 2. Heavy imports (torch, transformers) happen inside
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
-from archsim.errors import ConfigError
+from archsim.errors import EMPTY_TRACE, ConfigError, TraceError
 
 _CONVERT_TARGETS = ("dramsim3", "ramulator", "native")
 
@@ -231,27 +232,63 @@ def _given(names: list[str]) -> list[str]:
 
 
 def _convert_physical(path: str, target: str, output: str, outputs: Any, sort: bool) -> None:
-    """A physical trace in another format (placement options do not apply: the addresses stay)."""
+    """A physical trace in another format (placement options do not apply: the addresses stay), batch by batch;
+    with `sort` the trace is read whole and sorted first."""
+    from archsim.progress import progress_bar
     from archsim.resources import display_path
-    from archsim.trace.native import save_physical_trace
-    from archsim.trace.text_formats import detect_format, read_trace, write_dramsim3, write_ramulator
+    from archsim.trace.stream import open_source, sorted_source, write_batches
+    from archsim.trace.text_formats import detect_format
 
     fmt = detect_format(path)
-    physical = read_trace(path, fmt, sort=sort)
-    moved = physical.header.get("sorted_requests", 0)
-    if target == "dramsim3":
-        outputs.write(output, lambda tmp: write_dramsim3(tmp, physical.timestamp_cycles, physical.address,
-                                                         physical.is_write))
-    elif target == "ramulator":  # LoadStore text has no timestamps: file order is all that remains
-        outputs.write(output, lambda tmp: write_ramulator(tmp, physical.address, physical.is_write))
+    moved = 0
+    if sort:
+        source, moved = sorted_source(path, fmt)
     else:
-        header = {"converted_from": display_path(path), "from_format": fmt, "sorted_requests": moved}
-        outputs.write(output, lambda tmp: save_physical_trace(tmp, physical.timestamp_cycles, physical.address,
-                                                              physical.is_write, physical.source, header))
+        source, fmt = open_source(path, fmt)  # an .npz is checked whole here, a text trace as it is read
+    header = {"converted_from": display_path(path), "from_format": fmt, "sorted_requests": moved}
+    written: list[tuple[int, int]] = []
+
+    def batches() -> Iterator[tuple[np.ndarray, ...]]:
+        seen = 0
+        with progress_bar(source.requests, "req", "convert") as bar:
+            for batch in source.open():
+                bar.update(len(batch))
+                seen += len(batch)
+                yield batch.timestamp_cycles, batch.address, batch.is_write, batch.source
+        if not seen and fmt != "npz":  # a text trace of comments only; an archsim .npz may hold no requests
+            raise TraceError(EMPTY_TRACE, file=path)
+
+    outputs.write(output, lambda tmp: written.append(write_batches(tmp, target, batches(), header, source.sources)))
     outputs.commit()
+    n, writes = written[0]
     note = f", sorted by timestamp ({moved:,} requests moved)" if sort else ""
-    click.echo(f"wrote {output}: {len(physical):,} requests ({int(physical.is_write.sum()):,} writes) from a "
-               f"{fmt} trace{note}")
+    click.echo(f"wrote {output}: {n:,} requests ({writes:,} writes) from a {fmt} trace{note}")
+
+
+def _mapped_batches(logical: Any, mapper: Any, placement: Any, device_choice: str,
+                    issue_interval_cycles: int) -> Iterator[tuple[np.ndarray, ...]]:
+    """The logical trace's accesses mapped batch by batch (flat pool addresses, or one device's own)."""
+    from archsim.progress import progress_bar
+    from archsim.trace.text_formats import MAX_CYCLE
+
+    offset = 0
+    with progress_bar(logical.records, "record", "convert") as bar:
+        for chunk in logical.chunks():
+            for part in mapper.iter_chunk(chunk, offset):
+                last_request = mapper.accesses_emitted - 1
+                if issue_interval_cycles * last_request > MAX_CYCLE:
+                    raise ConfigError(f"{issue_interval_cycles:,} cycles x {last_request:,} requests pass the largest "
+                                      f"timestamp the simulator can hold ({MAX_CYCLE:,})", where="--issue-interval")
+                if device_choice == "all":
+                    address = part["address"] + part["device"].astype(np.uint64) * np.uint64(
+                        placement.capacity_per_device_bytes)
+                    yield part["timestamp_cycles"], address, part["is_write"], part["source"]
+                else:
+                    mine = part["device"] == int(device_choice)
+                    yield (part["timestamp_cycles"][mine], part["address"][mine], part["is_write"][mine],
+                           part["source"][mine])
+            offset += len(chunk["step"])
+            bar.update(len(chunk["step"]))
 
 
 @trace.command("convert")
@@ -274,7 +311,8 @@ def _convert_physical(path: str, target: str, output: str, outputs: Any, sort: b
     help="Cycles between consecutive requests' timestamps.",
 )
 @click.option("--sort", is_flag=True,
-              help="Physical input: sort requests stably by timestamp instead of refusing a decreasing one.")
+              help="Physical input: sort requests stably by timestamp instead of refusing a decreasing one (reads "
+                   "the whole trace first: about 18 bytes a request in memory).")
 @placement_options
 def trace_convert(
     path: str,
@@ -288,9 +326,10 @@ def trace_convert(
     """Map a logical trace onto a pool placement and write the physical request stream; or turn a physical
     trace (archsim .npz, DRAMSim3 or Ramulator 2 text) into another format."""
     from archsim.outputs import OutputPlan
+    from archsim.resources import display_path
     from archsim.trace.logical import LogicalTrace, is_logical_trace
-    from archsim.trace.mapping import map_trace
-    from archsim.trace.text_formats import MAX_CYCLE
+    from archsim.trace.mapping import mapper_for
+    from archsim.trace.stream import write_batches
 
     outputs = OutputPlan(inputs=[path])
     outputs.add(output, "--output", kind="npz" if target == "native" else "file")
@@ -312,47 +351,54 @@ def trace_convert(
             f"must be 'all' or a device index below {placement.devices}, got {device_choice!r}",
             where="device",
         )
-    with LogicalTrace(path) as logical:
-        streams = map_trace(logical, placement, issue_interval_cycles=issue_interval_cycles, progress=True)
-    last_request = max(len(streams.timestamp_cycles) - 1, 0)
-    if issue_interval_cycles * last_request > MAX_CYCLE:
-        raise ConfigError(f"{issue_interval_cycles:,} cycles x {last_request:,} requests pass the largest timestamp "
-                          f"the simulator can hold ({MAX_CYCLE:,})", where="--issue-interval")
-    if device_choice == "all":
-        address, mask = streams.flat_address(), slice(None)
-    else:
-        mask = streams.device == int(device_choice)
-        address = streams.address[mask]
-    timestamps, is_write, source = (
-        streams.timestamp_cycles[mask],
-        streams.is_write[mask],
-        streams.source[mask],
-    )
-    if target == "dramsim3":
-        from archsim.trace.text_formats import write_dramsim3
+    header = {
+        "from_logical_trace": display_path(path),
+        "placement": placement.as_dict(),
+        "device": device_choice,
+        "issue_interval_cycles": issue_interval_cycles,
+        "address_space": "flat pool" if device_choice == "all" else "device-local",
+    }
+    written: list[tuple[int, int]] = []
+    with LogicalTrace(path) as logical:  # mapped and written batch by batch as the output is written
+        mapper = mapper_for(logical, placement, issue_interval_cycles=issue_interval_cycles)
+        batches = _mapped_batches(logical, mapper, placement, device_choice, issue_interval_cycles)
+        outputs.write(output, lambda tmp: written.append(write_batches(tmp, target, batches, header)))
+        outputs.commit()
+    n, writes = written[0]
+    click.echo(f"wrote {output}: {n:,} requests ({writes:,} writes) from {len(mapper.regions().address):,} regions "
+               f"on {placement.devices} device(s)")
 
-        outputs.write(output, lambda tmp: write_dramsim3(tmp, timestamps, address, is_write))
-    elif target == "ramulator":
-        from archsim.trace.text_formats import write_ramulator
 
-        outputs.write(output, lambda tmp: write_ramulator(tmp, address, is_write))
-    else:
-        from archsim.resources import display_path
-        from archsim.trace.native import save_physical_trace
+@trace.command("merge")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The merged trace (archsim .npz: its header names the ports).")
+@click.option("--names", help="The hosts' port names, in the inputs' order (default host0,host1,...).")
+def trace_merge(paths: tuple[str, ...], output: str, names: str | None) -> None:
+    """Merge several hosts' physical traces into one trace of the memory they share: each input's host requests on
+    its own port (host0, host1, ...), its PNM requests on the shared pnm port, in timestamp order."""
+    from archsim.outputs import OutputPlan
+    from archsim.resources import display_path
+    from archsim.trace.merge import host_names, merge_batches, merged_sources
+    from archsim.trace.stream import open_source, write_batches
 
-        header = {
-            "from_logical_trace": display_path(path),
-            "placement": placement.as_dict(),
-            "device": device_choice,
-            "issue_interval_cycles": issue_interval_cycles,
-            "address_space": "flat pool" if device_choice == "all" else "device-local",
-        }
-        outputs.write(output, lambda tmp: save_physical_trace(tmp, timestamps, address, is_write, source, header))
+    if len(paths) < 2:
+        raise TraceError("merge takes at least two traces", where="PATHS")
+    outputs = OutputPlan(inputs=list(paths))
+    outputs.add(output, "--output")
+    if not output.endswith(".npz"):
+        raise TraceError("the merged trace is an archsim .npz (only it names the ports)", file=output,
+                         where="--output")
+    hosts = host_names(len(paths), names)
+    inputs = [open_source(path)[0] for path in paths]
+    sources = merged_sources(inputs, hosts, paths)
+    header = {"merged_from": [display_path(p) for p in paths]}
+    written: list[tuple[int, int]] = []
+    outputs.write(output, lambda tmp: written.append(write_batches(tmp, "native", merge_batches(inputs, sources),
+                                                                   header, sources)))
     outputs.commit()
-    click.echo(
-        f"wrote {output}: {len(address):,} requests ({int(is_write.sum()):,} writes) from "
-        f"{len(streams.regions.address):,} regions on {placement.devices} device(s)"
-    )
+    n, writes = written[0]
+    click.echo(f"wrote {output}: {n:,} requests ({writes:,} writes) on ports {', '.join(sources)}")
 
 
 @trace.command("generate")

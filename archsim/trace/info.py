@@ -75,10 +75,8 @@ def summarize_physical(path: str | os.PathLike[str], file_format: str = "npz") -
         "records": len(physical),
         "reads": len(physical) - writes,
         "writes": writes,
-        "sources": {
-            "host": int(np.count_nonzero(physical.source == 0)),
-            "pnm": int(np.count_nonzero(physical.source == 1)),
-        },
+        "sources": {name: int(count) for name, count in
+                    zip(physical.sources, np.bincount(physical.source, minlength=len(physical.sources)), strict=True)},
         "last_timestamp_cycles": int(physical.timestamp_cycles.max()) if len(physical) else 0,
         "metadata": physical.header,
         "file_bytes": Path(path).stat().st_size,
@@ -117,7 +115,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines = [
             f"{summary['path']}: physical trace ({summary['file_format']}), {summary['records']:,} requests "
             f"({summary['reads']:,} reads, {summary['writes']:,} writes; "
-            f"host {summary['sources']['host']:,}, pnm {summary['sources']['pnm']:,})"
+            + ", ".join(f"{name} {count:,}" for name, count in summary["sources"].items()) + ")"
         ]
         return "\n".join(lines)
     phases = ", ".join(f"{n} {name}" for name, n in summary["phases"].items())

@@ -22,6 +22,7 @@ from archsim.inputs import check_input
 from archsim.progress import progress_bar
 from archsim.trace.native import PhysicalTrace, atomic_write_bytes, load_physical_trace
 from archsim.trace.text_scan import MAX_CYCLE, ST_DECREASE, ST_ERROR, scan_file
+from archsim.trace.text_write import text_lines
 
 FORMATS: tuple[str, ...] = ("auto", "npz", "dramsim3", "ramulator")
 # DRAMSim3 reads these spellings (its common.cc); P_MEM_WR and BOFF are writes there too
@@ -112,15 +113,11 @@ def read_ramulator(path: str | Path) -> PhysicalTrace:
 
 def write_dramsim3(path: str | Path, timestamp_cycles: np.ndarray, address: np.ndarray,
                    is_write: np.ndarray) -> None:
-    ops = np.where(np.asarray(is_write) != 0, "WRITE", "READ")
-    text = "".join(f"{int(a):#x} {o} {int(c)}\n" for a, o, c in zip(address, ops, timestamp_cycles, strict=True))
-    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+    atomic_write_bytes(path, lambda handle: handle.write(text_lines("dramsim3", timestamp_cycles, address, is_write)))
 
 
 def write_ramulator(path: str | Path, address: np.ndarray, is_write: np.ndarray) -> None:
-    ops = np.where(np.asarray(is_write) != 0, "ST", "LD")
-    text = "".join(f"{o} {int(a):#x}\n" for a, o in zip(address, ops, strict=True))
-    atomic_write_bytes(path, lambda handle: handle.write(text.encode()))
+    atomic_write_bytes(path, lambda handle: handle.write(text_lines("ramulator", None, address, is_write)))
 
 
 def _utf8_head(data: bytes) -> bool:
@@ -207,4 +204,4 @@ def ordered(physical: PhysicalTrace, file: str, *, sort: bool = False, drop_line
     order = np.argsort(ts, kind="stable")
     moved = int(np.count_nonzero(order != np.arange(len(order))))
     return PhysicalTrace(ts[order], physical.address[order], physical.is_write[order], physical.source[order],
-                         {**physical.header, "sorted_requests": moved})
+                         {**physical.header, "sorted_requests": moved}, physical.sources)

@@ -12,6 +12,7 @@ the cycle decimal, below `MAX_CYCLE`. Blank lines and lines whose first token st
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -23,8 +24,9 @@ MAX_CYCLE = (1 << 62) - 1
 CHUNK_BYTES = 1 << 26
 PART_REQUESTS = 1 << 22  # requests scanned into one set of arrays
 
-# scanner state slots
-ST_LINE, ST_PREV, ST_DECREASE, ST_ERROR, ST_ERROR_KIND, ST_POS = range(6)
+# scanner state slots (the last, bytes of the file scanned before the current chunk, is the Python loop's)
+ST_LINE, ST_PREV, ST_DECREASE, ST_ERROR, ST_ERROR_KIND, ST_POS, ST_BYTES = range(7)
+N_STATE = 7
 ERR_NONE, ERR_SYNTAX, ERR_ADDRESS_WIDTH, ERR_CYCLE_RANGE = range(4)
 
 
@@ -167,16 +169,15 @@ class _Requests:
         return tuple(a[:self.n] for a in self.arrays)
 
 
-def scan_file(handle, dramsim3: bool, ops: dict[str, int], size_bytes: int,
-              bar: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Scan an open binary file of `size_bytes` chunk by chunk; the request arrays and the scanner state. `bar`
-    (a progress bar in bytes) is advanced per chunk. The text in memory is one chunk."""
+def scan_parts(handle, dramsim3: bool, ops: dict[str, int], state: np.ndarray, room: Any,
+               bar: Any = None) -> Iterator[int]:
+    """Scan an open binary file chunk by chunk into the arrays `room(at_least)` hands out (address, is_write,
+    cycle: filled from index 0), yielding how many requests went into each; `state` carries the scanner's state
+    (stops at the first bad line: `state[ST_ERROR]`). `bar` (a progress bar in bytes) is advanced per chunk. The
+    text in memory is one chunk."""
     table, lengths, codes = op_table(ops)
-    state = np.zeros(6, dtype=np.int64)
-    requests = _Requests(min(PART_REQUESTS, size_bytes // 4 + 1))
     data = bytearray(CHUNK_BYTES + 1)
     held = 0  # bytes of an incomplete last line kept at the front of `data`
-    done_bytes = 0
     while True:
         if len(data) < held + CHUNK_BYTES + 1:
             data.extend(bytes(held + CHUNK_BYTES + 1 - len(data)))  # a line longer than a chunk
@@ -197,15 +198,27 @@ def scan_file(handle, dramsim3: bool, ops: dict[str, int], size_bytes: int,
         buf = np.frombuffer(data, dtype=np.uint8)
         state[ST_POS] = 0
         while state[ST_POS] < cut and not state[ST_ERROR]:
-            seen = done_bytes + int(state[ST_POS])
-            left = size_bytes - seen
-            per_request = seen / requests.n if requests.n else 16.0
-            out = requests.room(min(PART_REQUESTS, int(left / per_request * 1.02) + 1024))
-            requests.n += scan(buf, cut, dramsim3, table, lengths, codes, state, *out)
+            yield scan(buf, cut, dramsim3, table, lengths, codes, state, *room(int(state[ST_POS]), cut))
         del buf  # `data` is resized and refilled below: no view of it may stay
-        done_bytes += cut
+        state[ST_BYTES] += cut
         if state[ST_ERROR] or not got:
             break
         held = size - cut
         data[:held] = data[cut:size]
+
+
+def scan_file(handle, dramsim3: bool, ops: dict[str, int], size_bytes: int,
+              bar: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Scan an open binary file of `size_bytes` whole: the request arrays and the scanner state. The arrays are
+    sized from the bytes per request seen so far, so the requests are written once."""
+    state = np.zeros(N_STATE, dtype=np.int64)
+    requests = _Requests(min(PART_REQUESTS, size_bytes // 4 + 1))
+
+    def room(position: int, _cut: int) -> tuple[np.ndarray, ...]:
+        seen = int(state[ST_BYTES]) + position
+        per_request = seen / requests.n if requests.n else 16.0
+        return requests.room(min(PART_REQUESTS, int((size_bytes - seen) / per_request * 1.02) + 1024))
+
+    for count in scan_parts(handle, dramsim3, ops, state, room, bar):
+        requests.n += count
     return (*requests.result(), state)

@@ -25,3 +25,22 @@ def favored_by_weight(pc, prm, pport):
                         < pport[pc, best, PP_SERVED] * prm[N_PARAMS + port * PORT_PARAMS + PORT_WEIGHT]):
             best = port
     return best
+
+
+@kernel_stage
+def rejoin(pc, port, prm, pport):
+    """`port` queues a request in pseudo-channel `pc` with none there before: it rejoins the round no better off
+    than the ports already in it. Its served count rises to the lowest the active ports' counts give for its
+    weight (served_q x w_port / w_q), so idle time banks no credit (as a deficit round robin forgets an empty
+    queue's deficit); a port that served more keeps its count."""
+    ports = prm[P_PORTS]
+    w_port = prm[N_PARAMS + port * PORT_PARAMS + PORT_WEIGHT]
+    floor = -1
+    for q in range(ports):
+        if q == port or pport[pc, q, PP_QUEUED] + pport[pc, q, PP_QUEUED + 1] == 0:
+            continue
+        level = pport[pc, q, PP_SERVED] * w_port // prm[N_PARAMS + q * PORT_PARAMS + PORT_WEIGHT]
+        if floor < 0 or level < floor:
+            floor = level
+    if floor > pport[pc, port, PP_SERVED]:
+        pport[pc, port, PP_SERVED] = floor

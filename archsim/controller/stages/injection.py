@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from archsim.controller.arbiters.wrr import rejoin
 from archsim.controller.bank_timing import act_bound, note_closed
 from archsim.controller.codes import (
     ACT,
+    ARB_WRR,
     B_BUSY,
     B_COLS,
     B_HEAD,
@@ -20,6 +22,7 @@ from archsim.controller.codes import (
     B_PEND,
     C_FORWARD,
     INF,
+    P_ARB,
     P_BPP,
     P_BQD,
     P_CAP,
@@ -166,6 +169,8 @@ def _enqueue(idx, port, t, prm, req, out, st):
         link(idx, gb, pc, kind, bstate, st.bnext, st.bprev, st.amask, bpp, words)
         if orow < 0:
             note_closed(pstate, pc, gb, bstate, st.nxt_bank, st.nxt_bg)
+    if prm[P_ARB] == ARB_WRR and st.pport[pc, port, PP_QUEUED] + st.pport[pc, port, PP_QUEUED + 1] == 0:
+        rejoin(pc, port, prm, st.pport)
     st.pport[pc, port, PP_QUEUED + kind] += 1
     pstate[pc, PC_WQ_LEN if is_w else PC_RQ_LEN] += 1
     pstate[pc, PC_WQ_UNMOVED if is_w else PC_RQ_UNMOVED] += 1

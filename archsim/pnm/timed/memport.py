@@ -231,9 +231,10 @@ def merge_results(results: list[ReplayResult]) -> ReplayResult:
     merged: dict[str, object] = {}
     for f in dataclasses.fields(first):
         values = [getattr(r, f.name) for r in results]
-        if f.name == "requests":  # per-request columns joined; the ports' names are every domain's
-            merged[f.name] = Requests(*(np.concatenate([getattr(v, g.name) for v in values]) if g.name != "sources"
-                                        else first.requests.sources for g in dataclasses.fields(Requests)))
+        if f.name == "requests":
+            merged[f.name] = Requests(*(np.concatenate([getattr(v, g.name) for v in values])
+                                        for g in dataclasses.fields(Requests) if g.name != "sources"),
+                                      values[0].sources)
         elif f.name == "total_cycles":
             merged[f.name] = max(values)
         elif f.name in ("wall_s", "compile_s"):
