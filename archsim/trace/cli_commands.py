@@ -6,6 +6,7 @@ into one line and exit code 2. Heavy imports (torch, transformers) happen inside
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -205,11 +206,24 @@ def placement_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
-# PoolPlacement's fields as the options that set them (an error names the option typed)
-PLACEMENT_OPTIONS = {"devices": "--devices", "channels_per_device": "--channels",
-                     "capacity_per_device_bytes": "--capacity", "access_granularity_bytes": "--granularity",
-                     "kv_block_tokens": "--block-tokens", "layout": "--layout", "tensor_parallel": "--tp",
-                     "weights_in": "--weights", "prefix_sharing": "--prefix-sharing", "attention_on": "--attention-on"}
+# the mapping's parameters (PoolPlacement's fields, `trace convert`'s own) as the options that set them: an error
+# names the option typed
+MAPPING_OPTIONS = {"devices": "--devices", "channels_per_device": "--channels", "capacity_per_device": "--capacity",
+                   "capacity_per_device_bytes": "--capacity", "access_granularity": "--granularity",
+                   "access_granularity_bytes": "--granularity", "kv_block_tokens": "--block-tokens",
+                   "layout": "--layout", "tensor_parallel": "--tp", "weights_in": "--weights",
+                   "prefix_sharing": "--prefix-sharing", "attention_on": "--attention-on", "device_choice": "--device",
+                   "issue_interval_cycles": "--issue-interval"}
+
+
+@contextlib.contextmanager
+def _placement_options() -> Iterator[None]:
+    """A placement's ConfigError (`placement.<field>`) as one naming the option."""
+    try:
+        yield
+    except ConfigError as exc:
+        field = (exc.where or "").removeprefix("placement.")
+        raise ConfigError(exc.detail, file=exc.file, where=MAPPING_OPTIONS.get(field, exc.where)) from None
 
 
 def build_placement(values: dict[str, Any]) -> Any:
@@ -218,11 +232,8 @@ def build_placement(values: dict[str, Any]) -> Any:
     data = dict(values)
     data["capacity_per_device_bytes"] = data.pop("capacity_per_device")
     data["access_granularity_bytes"] = data.pop("access_granularity")
-    try:
+    with _placement_options():
         return PoolPlacement.from_dict(data, where="placement")
-    except ConfigError as exc:
-        field = (exc.where or "").removeprefix("placement.")
-        raise ConfigError(exc.detail, where=PLACEMENT_OPTIONS.get(field, exc.where)) from None
 
 
 def _given(names: list[str]) -> list[str]:
@@ -337,19 +348,14 @@ def trace_convert(
     if not is_logical_trace(path):
         mapping_only = _given(["device_choice", "issue_interval_cycles", *placement_values])
         if mapping_only:
-            option = {"device_choice": "--device", "issue_interval_cycles": "--issue-interval",
-                      "channels_per_device": "--channels", "capacity_per_device": "--capacity",
-                      "access_granularity": "--granularity", "kv_block_tokens": "--block-tokens",
-                      "tensor_parallel": "--tp", "weights_in": "--weights",
-                      "attention_on": "--attention-on"}.get(mapping_only[0], f"--{mapping_only[0].replace('_', '-')}")
             raise ConfigError(f"maps a logical trace onto a pool; {path} is a physical trace, whose addresses stay",
-                              where=option)
+                              where=MAPPING_OPTIONS[mapping_only[0]])
         _convert_physical(path, target, output, outputs, sort)
         return
     if device_choice != "all" and (not device_choice.isdigit() or int(device_choice) >= placement.devices):
         raise ConfigError(
             f"must be 'all' or a device index below {placement.devices}, got {device_choice!r}",
-            where="device",
+            where="--device",
         )
     header = {
         "from_logical_trace": display_path(path),
@@ -360,7 +366,8 @@ def trace_convert(
     }
     written: list[tuple[int, int]] = []
     with LogicalTrace(path) as logical:  # mapped and written batch by batch as the output is written
-        mapper = mapper_for(logical, placement, issue_interval_cycles=issue_interval_cycles)
+        with _placement_options():
+            mapper = mapper_for(logical, placement, issue_interval_cycles=issue_interval_cycles)
         batches = _mapped_batches(logical, mapper, placement, device_choice, issue_interval_cycles)
         outputs.write(output, lambda tmp: written.append(write_batches(tmp, target, batches, header)))
         outputs.commit()

@@ -58,9 +58,10 @@ def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: P
         workload = build_workload(shape, kernel, units=layout.units, address_space=layout.address_space,
                                   unit_capacity_bytes=layout.unit_capacity_bytes,
                                   sram_capacity_bytes=pnm.sram.capacity_bytes, defines=defines)
-    except ProgramError as exc:  # the kernel's line, and the shape and defines it was assembled for
+    except ProgramError as exc:  # the kernel's line, and the shape, defines and scratchpad it was assembled for
         given = f"--shape {shape.text}" + "".join(f" -D {k}={v}" for k, v in (defines or {}).items())
-        raise ProgramError(f"{exc.detail} (assembled for {given})", file=exc.file, where=exc.where) from None
+        raise ProgramError(f"{exc.detail} (assembled for {given} and a {pnm.sram.capacity_bytes:,}-byte scratchpad, "
+                           "pnm.sram.capacity)", file=exc.file, where=exc.where) from None
     requests = unit_requests(workload.units, layout, memory.mapping, memory.organization.access_bytes)
     functional_s = time.perf_counter() - start
     capacity = memory.organization.capacity_bytes
