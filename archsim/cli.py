@@ -8,6 +8,7 @@ and exit code 3 (ARCHSIM_DEBUG=1 shows the traceback).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
@@ -28,9 +29,18 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _items(value: object) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
 def _refuse_empty_values(command: click.Command) -> None:
-    """Make every option and argument of `command` (and of its subcommands) refuse an empty or blank string:
-    `--contexts ''` or `--set ''` is a mistake, never a request for the default."""
+    """Make every option and argument of `command` (and of its subcommands) refuse an empty or blank string
+    (`--contexts ''` or `--set ''` is a mistake, never a request for the default), an integer beyond int64 (what
+    numpy and the kernels hold: `--requests 2**70` would otherwise overflow deep inside a run) and a float that
+    is not finite (`--connect-timeout nan`)."""
     if getattr(command, "_archsim_guarded", False):
         return
     command._archsim_guarded = True  # type: ignore[attr-defined]
@@ -40,10 +50,17 @@ def _refuse_empty_values(command: click.Command) -> None:
         cast = param.type_cast_value
 
         def type_cast_value(ctx: click.Context, value: object, cast=cast, param=param) -> object:  # noqa: B008
-            for item in value if isinstance(value, (tuple, list)) else (value,):
+            for item in _items(value):
                 if isinstance(item, str) and not item.strip():
                     raise click.BadParameter("must not be empty", ctx=ctx, param=param)
-            return cast(ctx, value)
+            result = cast(ctx, value)
+            for item in _items(result):
+                if isinstance(item, int) and not isinstance(item, bool) and not -INT64_MAX - 1 <= item <= INT64_MAX:
+                    raise click.BadParameter(f"{item:,} is beyond the largest integer archsim holds "
+                                             f"({INT64_MAX:,})", ctx=ctx, param=param)
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise click.BadParameter(f"must be a finite number, got {item}", ctx=ctx, param=param)
+            return result
 
         param.type_cast_value = type_cast_value  # type: ignore[method-assign]
 
@@ -114,8 +131,11 @@ class _Group(click.Group):
             ctx._archsim_listing = False  # type: ignore[attr-defined]
 
     def invoke(self, ctx: click.Context) -> object:
+        from archsim.inputs import recording_reads
+
         try:
-            return super().invoke(ctx)
+            with recording_reads():  # what the command reads, no output may overwrite (archsim.outputs)
+                return super().invoke(ctx)
         except ArchsimError as exc:
             click.echo(f"archsim: error: {_one_line(str(exc))}", err=True)
             sys.exit(2)
@@ -195,8 +215,8 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     from archsim.report.timeline import ReplayWindowCollector, parse_window
 
     outputs = OutputPlan(inputs=[trace, memory_path])
-    outputs.add(json_path, "--json")
-    outputs.add(timeline_path, "--timeline")
+    outputs.add(json_path, "--json", kind="json")
+    outputs.add(timeline_path, "--timeline", kind="json")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
     acc = MemoryStatsAccumulator(cfg, per_port=alone or bool(cfg.controller.qos_targets))
@@ -301,7 +321,7 @@ def config_import_dramsim3(ini: str, output: str) -> None:
     from archsim.outputs import OutputPlan
 
     outputs = OutputPlan(inputs=[ini])
-    outputs.add(output, "--output")
+    outputs.add(output, "--output", kind="yaml")
     result = import_dramsim3(ini)
     build_memory_config(result.tree, ini)  # the imported config must itself be valid
     header = [f"# Imported from {Path(ini).name} by `archsim config import-dramsim3`.",

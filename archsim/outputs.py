@@ -9,11 +9,14 @@
 `add` refuses, as one ArchsimError naming the path and the option: an empty path; a path that is one of the
 inputs (compared by device and inode, so a symlink or hard link to an input counts, and by resolved path);
 two outputs on one path; an existing directory or non-regular file; a directory that cannot be created or
-written (a probe file is created and removed at once); a plot suffix matplotlib has no writer for.
-`commit` runs each writer on a temp file beside its target (same directory, so the rename is atomic), gives
-it mode 0666 less the umask (mkstemp's 0600 would hide results from other users), then renames them all; if
-any writer or rename fails, or Ctrl-C arrives, the targets already replaced get their old contents back, new
-ones are removed, and no temp file or created directory remains. Nothing is written before `commit`, so a
+written (a probe file is created and removed at once); a plot suffix matplotlib has no writer for; a suffix
+that is not the output's format (`kind`: SUFFIXES).
+`commit` first refuses a target that is a file the command read while it ran (archsim.inputs records every
+input a CLI command opens: also a trace a scenario names, a kernel's .include), then runs each writer on a temp
+file beside its target (same directory, so the rename is atomic), gives it mode 0666 less the umask (mkstemp's
+0600 would hide results from other users), then renames them all; if any writer or rename fails, or Ctrl-C
+arrives, the targets already replaced get their old contents back, new ones are removed, and no temp file or
+created directory remains. Nothing is written before `commit`, so a
 command that fails or is interrupted earlier leaves nothing either. Every command with a file output, present
 or future (serve, plan, sweep, report, timelines), writes through a plan; tests/test_outputs.py finds them all.
 """
@@ -31,9 +34,18 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from archsim.errors import ArchsimError
+from archsim.inputs import input_read
 
 PathLike = str | os.PathLike[str]
 Writer = Callable[[Path], Any]
+
+
+# an output's kind -> the file name suffixes it may have: a name that says another format is a mistake (`--json
+# out.png`, `report -o r.png`), and readers that tell formats apart by suffix (scenarios naming a trace, `trace
+# info`) would misread it. "file" (no check) for free-form text; "plot" is checked against matplotlib's writers.
+SUFFIXES = {"json": (".json",), "jsonl": (".jsonl", ".ndjson"), "npz": (".npz",), "yaml": (".yaml", ".yml"),
+            "html": (".html", ".htm")}
+KIND_NAMES = {"json": "JSON", "jsonl": "JSON lines", "npz": "a NumPy zip archive", "yaml": "YAML", "html": "HTML"}
 
 
 def _umask() -> int:
@@ -86,6 +98,11 @@ def _same_file(a: Path, b: Path) -> bool:
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
 
 
+def _same_path(a: Path, b: Path) -> bool:
+    """One file: the same inode (a symlink or hard link to it too), or the same resolved path."""
+    return _same_file(a, b) or _resolved(a) == _resolved(b)
+
+
 def _resolved(path: Path) -> Path:
     try:
         return path.resolve()
@@ -116,16 +133,18 @@ class OutputPlan:
         text = os.fspath(path)
         if not text.strip():
             raise ArchsimError("empty output path", where=option)
+        if "\0" in text:
+            raise ArchsimError("a path with a NUL character", file=text.replace("\0", "\\0"), where=option)
         target = Path(text)
 
         def refuse(reason: str) -> ArchsimError:
             return ArchsimError(reason, file=text, where=option)
 
         for source in self.inputs:
-            if _same_file(source, target) or _resolved(source) == _resolved(target):
+            if _same_path(source, target):
                 raise refuse(f"is the input {os.fspath(source)}; refusing to overwrite an input")
         for other in self._outputs.values():
-            if _same_file(other.path, target) or _resolved(other.path) == _resolved(target):
+            if _same_path(other.path, target):
                 raise refuse(f"is also the {other.option} output")
         try:
             info = os.stat(target)
@@ -140,10 +159,23 @@ class OutputPlan:
         if kind == "plot" and target.suffix.lower() not in plot_suffixes():
             known = ", ".join(sorted(plot_suffixes()))
             raise refuse(f"matplotlib cannot write a {target.suffix or 'suffix-less'} file (suffixes: {known})")
+        if kind in SUFFIXES and target.suffix.lower() not in SUFFIXES[kind]:
+            raise refuse(f"this output is {KIND_NAMES[kind]}: give a file name ending in "
+                         f"{' or '.join(SUFFIXES[kind])}, not {target.suffix or 'no suffix'}")
         missing = self._missing_dirs(target, refuse)
         self._probe(missing[-1].parent if missing else target.parent, refuse)
         self._outputs[_resolved(target)] = _Output(target, option, missing_dirs=missing)
         return target
+
+    def add_inputs(self, inputs: Iterable[PathLike | None]) -> None:
+        """Inputs known only once the outputs were added (a scenario's trace): an output that is one is refused."""
+        found = [Path(p) for p in inputs if p]
+        for out in self._outputs.values():
+            for source in found:
+                if _same_path(source, out.path):
+                    raise ArchsimError(f"is the input {os.fspath(source)}; refusing to overwrite an input",
+                                       file=os.fspath(out.path), where=out.option)
+        self.inputs += found
 
     @staticmethod
     def _missing_dirs(target: Path, refuse: Callable[[str], ArchsimError]) -> list[Path]:
@@ -180,6 +212,11 @@ class OutputPlan:
 
     def commit(self) -> None:
         """Run every writer, then move every file into place: all of them, or none (old contents restored)."""
+        for out in self._outputs.values():  # an input found while running (a file another one names)
+            read = input_read(out.path)
+            if read is not None:
+                raise ArchsimError(f"is the input {read}, read by this command; refusing to overwrite an input",
+                                   file=os.fspath(out.path), where=out.option)
         staged: list[tuple[_Output, Path]] = []
         created: list[Path] = []
         replaced: list[tuple[Path, Path | None]] = []  # (target, backup of its old contents or None)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from archsim.errors import ConfigError
+from archsim.limits import INT64_MAX
 
 T = TypeVar("T")
 _MISSING: Any = object()
 
 
-INT64_MAX = 2**63 - 1
 
 class Section:
     """Wraps a mapping at dotted `path` of `file`; `done()` rejects keys nobody asked for."""
@@ -62,10 +63,17 @@ class Section:
         return value
 
     def float(self, key: str, default: Any = _MISSING) -> float:
+        """A finite number (YAML's .nan and .inf are no value of any config key)."""
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(key, f"expected a number, got {value!r}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a float's range
+            raise self.error(key, "is beyond the largest number a float holds (about 1.8e308)") from None
+        if not math.isfinite(number):
+            raise self.error(key, f"expected a finite number, got {value!r}")
+        return number
 
     def bool(self, key: str, default: Any = _MISSING) -> bool:
         value = self.raw(key, default)
@@ -77,6 +85,13 @@ class Section:
         value = self.raw(key, default)
         if not isinstance(value, str):
             raise self.error(key, f"expected a string, got {value!r}")
+        return value
+
+    def name(self, key: str, default: Any = _MISSING) -> str:
+        """A name shown in tables and JSON: a string with something printable in it, on one line."""
+        value = self.str(key, default)
+        if not value.strip() or not value.isprintable():
+            raise self.error(key, f"expected a name (printable, not blank), got {value!r}")
         return value
 
     def choice(self, key: str, options: tuple[str, ...], default: Any = _MISSING) -> str:

@@ -30,7 +30,11 @@ def _split(value: object, where: str, kind: str) -> tuple[float, str]:
     if isinstance(value, bool):
         raise ConfigError(f"expected a {kind}, got {value!r}", where=where)
     if isinstance(value, int | float):
-        return float(value), ""
+        try:
+            return float(value), ""
+        except OverflowError:  # an integer beyond a float's range
+            raise ConfigError(f"a {kind} beyond the largest number a float holds (about 1.8e308)",
+                              where=where) from None
     if not isinstance(value, str):
         raise ConfigError(f"expected a {kind}, got {value!r}", where=where)
     match = _NUMBER_UNIT.match(value)

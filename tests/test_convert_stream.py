@@ -67,7 +67,7 @@ def test_a_logical_trace_converts_in_small_batches_to_what_the_whole_mapping_gav
                                                                                     options):
     monkeypatch.setattr(TraceMapper, "iter_chunk", functools.partialmethod(TraceMapper.iter_chunk,
                                                                             batch_accesses=97))
-    out = tmp_path / f"out.{target}"
+    out = tmp_path / ("out.npz" if target == "native" else f"out.{target}")  # a native trace is an .npz
     args = ["trace", "convert", str(LOGICAL), "--to", target, "-o", str(out), "--channels", "4", "--capacity",
             "1GiB", "--issue-interval", "3", "--devices", str(options.get("devices", 1)),
             "--device", options.get("device", "all")]
@@ -92,7 +92,7 @@ def test_a_physical_trace_converts_in_small_batches(tmp_path: Path, monkeypatch)
     whole = read_trace(source)
     runner = CliRunner()
     for target in ("native", "ramulator"):
-        out = tmp_path / f"a.{target}"
+        out = tmp_path / ("a.npz" if target == "native" else f"a.{target}")
         assert runner.invoke(main, ["trace", "convert", str(source), "--to", target, "-o", str(out)]).exit_code == 0
         if target == "native":
             back = load_physical_trace(out)
@@ -104,7 +104,7 @@ def test_a_physical_trace_converts_in_small_batches(tmp_path: Path, monkeypatch)
             assert out.read_bytes() == _python_lines("ramulator", None, whole.address, whole.is_write)
     # and back from the .npz, read in slices, to DRAMSim3 text: the very file
     again = tmp_path / "b.trace"
-    assert runner.invoke(main, ["trace", "convert", str(tmp_path / "a.native"), "--to", "dramsim3", "-o",
+    assert runner.invoke(main, ["trace", "convert", str(tmp_path / "a.npz"), "--to", "dramsim3", "-o",
                                 str(again)]).exit_code == 0
     assert again.read_bytes() == _python_lines("dramsim3", whole.timestamp_cycles, whole.address, whole.is_write)
 

@@ -187,7 +187,7 @@ def test_trace_convert_with_the_range_layout(tmp_path: Path) -> None:
     unit = expected.device.astype(np.int64) * 4 + expected.address.astype(np.int64) // placement.channel_capacity_bytes
     assert np.bincount(unit, minlength=8).min() > 0
     bad = CliRunner().invoke(main, [*args, "--prefix-sharing", "-o", str(tmp_path / "x.npz")])
-    assert bad.exit_code == 2 and "placement.layout" in bad.output and "Traceback" not in bad.output
+    assert bad.exit_code == 2 and "--layout" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "x.npz").exists()
 
 

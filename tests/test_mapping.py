@@ -228,7 +228,7 @@ def test_convert_to_every_format(trace_file: Path, tmp_path: Path) -> None:
     with LogicalTrace(trace_file) as trace:
         expected = map_trace(trace, PoolPlacement(**SMALL))
     for target in ("dramsim3", "ramulator", "native"):
-        out = tmp_path / f"out.{target}"
+        out = tmp_path / f"out.{target}{'.npz' if target == 'native' else ''}"
         result = runner.invoke(main, ["trace", "convert", str(trace_file), "--to", target, "-o", str(out),
                                       *placement])
         assert result.exit_code == 0, result.output

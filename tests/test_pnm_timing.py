@@ -192,6 +192,16 @@ def test_stats_keys_are_documented_and_the_contract_is_present(long_decode):
     assert render_pnm_stats_table() in (REPO / "docs" / "pnm.md").read_text(), "update the table in docs/pnm.md"
 
 
+def test_a_device_of_several_memory_domains_keeps_its_two_ports(long_decode):
+    """The domains' results merged into one device keep the ports' names once (host, pnm): interference is
+    counted per port pair, not per domain's copy of the names (which indexed past the counters)."""
+    run, stats = long_decode
+    assert len(run.timing.domains) > 1 and run.timing.memory.requests.sources == ("host", "pnm")
+    closures = stats["memory"]["qos"]["row_closures"]
+    assert set(closures) == {"host_by_host", "host_by_pnm", "pnm_by_host", "pnm_by_pnm"}
+    assert closures["pnm_by_pnm"] > 0 and closures["host_by_host"] == 0  # the units' own streams, no host
+
+
 def test_cli_run_prints_a_report_and_writes_deterministic_json(tmp_path):
     runner = CliRunner()
     outputs = []

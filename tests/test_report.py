@@ -90,9 +90,10 @@ def test_a_directory_input_reads_its_json_files(inputs, tmp_path):
 
 
 @pytest.mark.parametrize(("content", "needle"), [('{"schema": "archsim.timeline/1"}', "schema"),
-                                                   ('{"schema": "archsim.gpu/1"}', "not a complete archsim.gpu/1 tree"),
-                                                   ('{"schema": "archsim.plan/1", "candidates": 3}', "not a complete"),
-                                                   ("{not json", "JSON")])
+                                                   ('{"schema": "archsim.gpu/1"}', "results: missing key"),
+                                                   ('{"schema": "archsim.plan/1", "candidates": 3}',
+                                                    "candidates: expected a non-empty list, got 3"),
+                                                   ("{not json", "line 1: not JSON")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, content, needle):
     bad, out = tmp_path / "bad.json", tmp_path / "r.html"
     bad.write_text(content)

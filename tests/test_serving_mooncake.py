@@ -106,6 +106,12 @@ GOOD = {"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [7]}
     ({"timestamp": 1, "input_length": 10, "output_length": 0, "hash_ids": [7]}, "output_length"),
     ({"timestamp": 1, "input_length": 600, "output_length": 2, "hash_ids": [7]}, "expected 2"),
     ({"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": ["a"]}, "hash_ids"),
+    ('{"timestamp": 1, "timestamp": 2, "input_length": 10, "output_length": 2, "hash_ids": [7]}',
+     "'timestamp' given twice"),
+    ('{"timestamp": NaN, "input_length": 10, "output_length": 2, "hash_ids": [7]}', "NaN is not JSON"),
+    ({"timestamp": 1e300, "input_length": 10, "output_length": 2, "hash_ids": [7]}, "beyond the latest arrival"),
+    ({"timestamp": 1, "input_length": 10, "output_length": 2**31, "hash_ids": [7]}, "2,147,483,647"),
+    ({"timestamp": 1, "input_length": 10, "output_length": 2, "hash_ids": [2**64]}, "[0, 2^64)"),
 ])
 def test_a_bad_line_is_named_by_number(tmp_path, bad, words):
     path = _write(tmp_path, [GOOD, dict(GOOD, timestamp=1), bad])
@@ -113,6 +119,17 @@ def test_a_bad_line_is_named_by_number(tmp_path, bad, words):
         read_mooncake(path, block_tokens=16)
     assert err.value.where == "line 3" and err.value.file == str(path)
     assert words in err.value.detail and "\n" not in str(err.value)
+
+
+def test_a_blank_line_is_named_but_blank_lines_at_the_end_are_an_editors(tmp_path):
+    for blank in ("", "  "):
+        with pytest.raises(TraceError, match="a blank line") as err:
+            read_mooncake(_write(tmp_path, [GOOD, blank, dict(GOOD, timestamp=1)]), block_tokens=16)
+        assert err.value.where == "line 2"
+    path = _write(tmp_path, [GOOD, dict(GOOD, timestamp=1), "", "  "])
+    assert len(read_mooncake(path, block_tokens=16)) == 2
+    (tmp_path / "crlf.jsonl").write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    assert len(read_mooncake(tmp_path / "crlf.jsonl", block_tokens=16)) == 2
 
 
 def test_decreasing_timestamps_and_empty_traces(tmp_path):

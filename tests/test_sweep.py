@@ -121,12 +121,35 @@ def test_ranges_log_ranges_and_random_search(tmp_path):
     (lambda s: s["objectives"][0]["select"].update({"system": "g99"}), "sweep.objectives[0].select.system",
      "selects system 'g99', which the sweep does not run (it runs gpu-hbm)"),
     (lambda s: s["zip"][0].update({"workload.tensor_parallel": [1]}), "sweep.zip[0]", "equal lengths"),
+    (lambda s: s["axes"].update({"contexts": ["4K", "4K"]}), "sweep.axes.contexts", "'4K' is given twice"),
+    (lambda s: s["axes"].update({"workload.batch": {"range": [1, float("inf"), 1]}}),
+     "sweep.axes.workload.batch.range", "finite"),
+    (lambda s: s["axes"].update({"workload.batch": [1, 0]}), "sweep.axes.workload.batch",
+     "the value 0 fails at every point"),
+    (lambda s: s["inputs"].update(workload="nowl"), "sweep.inputs", "no point of the sweep can run"),
+    (lambda s: s.update(name="a/b"), "sweep.name", "path separators"),
+    (lambda s: s.update(name=" "), "sweep.name", "not blank"),
+    (lambda s: s.update(timeout_s=float("nan")), "sweep.timeout_s", "finite"),
 ])
 def test_bad_spec_is_one_line_naming_the_file_and_key(tmp_path, edit, where, words):
     path = _spec(tmp_path, edit)
     line = _error_line(_sweep(str(path), "--out", str(tmp_path / "out")))
     assert f"{path}: {where}:" in line and words in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_value_infeasible_in_some_combinations_stays_a_points_failure(tmp_path):
+    """3 servers do not split 8 GPUs, but they split 6: the spec loads and that point alone fails; with no
+    gpus.count axis, 3 fails at every point and the spec is refused before anything runs."""
+    def axes(values):
+        return lambda s: (s.pop("zip"), s.update(axes=values))
+
+    spec = load_spec(_spec(tmp_path, axes({"system.gpus.count": [8, 6], "system.servers": [1, 3]})))
+    assert spec.grid_size == 4
+    line = _error_line(_sweep(str(_spec(tmp_path, axes({"system.servers": [1, 3]}), "b.yaml")), "--out",
+                              str(tmp_path / "out")))
+    assert "sweep.axes.system.servers: the value 3 fails at every point" in line, line
+    assert "8 GPUs do not split evenly over 3 servers" in line and not (tmp_path / "out").exists()
 
 
 # -- results and the store -------------------------------------------------------------------------------------

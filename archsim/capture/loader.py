@@ -83,6 +83,9 @@ def load_model(options: CaptureOptions, *, traced: bool = True) -> LoadedModel:
     dtype = options.dtype or default_dtype
     dtype_bytes(dtype)
     if options.layers is not None:
+        if options.layers > config.num_hidden_layers:
+            raise ConfigError(f"must lie in [1, {config.num_hidden_layers}] (the model's decoder layers), got "
+                              f"{options.layers}", where="layers")
         config.num_hidden_layers = options.layers
         if getattr(config, "layer_types", None) is not None:  # per-layer lists follow the depth
             config.layer_types = list(config.layer_types)[: options.layers]

@@ -23,7 +23,8 @@ from archsim.capture.kv import TracingCache
 from archsim.capture.loader import LoadedModel, load_model, model_header
 from archsim.capture.options import CaptureOptions
 from archsim.capture.recorder import StepRecorder
-from archsim.errors import TraceError
+from archsim.errors import ConfigError, TraceError
+from archsim.limits import check_fits_memory
 from archsim.models import dtype_bytes
 from archsim.trace.logical import PHASE_DECODE, PHASE_PREFILL, LogicalTraceWriter
 
@@ -161,6 +162,20 @@ def _run_generate(
     return state["step"], state["records"], state["seconds"]
 
 
+def _check_sizes(options: CaptureOptions, loaded: LoadedModel) -> None:
+    """A request no longer than the model's context window, and (on the CPU) a KV cache this machine holds."""
+    tokens = options.prompt_tokens + (options.turns - 1) * options.turn_tokens + options.turns * options.decode_steps
+    limit = getattr(getattr(loaded.model, "config", None), "max_position_embeddings", None)
+    if isinstance(limit, int) and tokens > limit:
+        raise ConfigError(f"a request's {tokens:,} tokens (prompt, later turns and decode steps) exceed "
+                          f"{loaded.shape.name or options.model}'s context window of {limit:,}", where="prompt_tokens")
+    check_fits_memory(options.batch, tokens * 8, "sequences' token ids", where="batch")
+    if options.device == "cpu":
+        shape = loaded.shape
+        per_token = shape.num_layers * shape.kv_elements_per_token_per_layer() * dtype_bytes(loaded.dtype)
+        check_fits_memory(options.batch * tokens, per_token, "tokens of KV cache", where="batch")
+
+
 def capture_trace(
     options: CaptureOptions, out: str | Path, *, chunk_records: int | None = None
 ) -> CaptureResult:
@@ -170,6 +185,7 @@ def capture_trace(
         raise TraceError("the output directory does not exist", file=str(out))
     tap = _tap(options.attention_backend)
     loaded = load_model(options)
+    _check_sizes(options, loaded)
     import transformers
 
     header = {

@@ -17,7 +17,10 @@ from typing import Any
 
 from archsim.errors import ConfigError
 from archsim.inputs import read_text_input
+from archsim.limits import INT64_MAX
 
+# the protocols DRAMSim3 accepts (configuration.cc, GetDRAMProtocol: any other string aborts it)
+DRAMSIM3_PROTOCOLS = ("DDR3", "DDR4", "GDDR5", "GDDR5X", "GDDR6", "LPDDR", "LPDDR3", "LPDDR4", "HBM", "HBM2", "HMC")
 # DRAMSim3 defaults (configuration.cc, InitTimingParams/InitSystemParams) for keys a file may omit.
 _TIMING_DEFAULTS = {"AL": 0, "CL": 12, "CWL": 12, "tCCD_L": 6, "tCCD_S": 4, "tRTRS": 2, "tRTP": 5, "tWTR_L": 5,
                     "tWTR_S": 5, "tWR": 10, "tRP": 10, "tRRD_L": 4, "tRRD_S": 4, "tRAS": 24, "tRFC": 74,
@@ -64,7 +67,8 @@ class ImportResult:
     not_honoured: list[str] = field(default_factory=list)
 
 
-def _int(parser: configparser.ConfigParser, section: str, key: str, file: str, default: int | None = None) -> int:
+def _int(parser: configparser.ConfigParser, section: str, key: str, file: str, default: int | None = None,
+         minimum: int = 0) -> int:
     if not parser.has_option(section, key):
         if default is None:
             raise ConfigError("missing key", file=file, where=f"{section}.{key}")
@@ -74,10 +78,22 @@ def _int(parser: configparser.ConfigParser, section: str, key: str, file: str, d
         value = float(text)
     except ValueError:
         raise ConfigError(f"expected a number, got {text!r}", file=file, where=f"{section}.{key}") from None
-    if value != int(value) or value < 0:
-        raise ConfigError(f"expected a whole non-negative number, got {text!r}", file=file,
+    if not minimum <= value <= INT64_MAX or value != int(value):
+        raise ConfigError(f"expected a whole number in [{minimum}, {INT64_MAX:,}], got {text!r}", file=file,
                           where=f"{section}.{key}")
     return int(value)
+
+
+def _tck_ns(parser: configparser.ConfigParser, file: str) -> float:
+    """The clock period; DRAMSim3's default is 1 ns."""
+    text = parser.get("timing", "tCK", fallback="1").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"expected a number of ns, got {text!r}", file=file, where="timing.tCK") from None
+    if not 0 < value < math.inf:
+        raise ConfigError(f"must be a positive number of ns, got {text!r}", file=file, where="timing.tCK")
+    return value
 
 
 def import_dramsim3(path: str | Path) -> ImportResult:
@@ -107,19 +123,22 @@ def import_dramsim3(path: str | Path) -> ImportResult:
                 notes.append(f"{section}.{key}: unknown key, not imported")
 
     protocol = parser.get("dram_structure", "protocol", fallback="DDR4").strip()
+    if protocol not in DRAMSIM3_PROTOCOLS:
+        raise ConfigError(f"unknown protocol {protocol!r} (DRAMSim3 knows {', '.join(DRAMSIM3_PROTOCOLS)})",
+                          file=file, where="dram_structure.protocol")
     is_hbm = protocol in ("HBM", "HBM2")
     if protocol.startswith("GDDR") or protocol in ("HMC", "LPDDR", "LPDDR3", "LPDDR4"):
         notes.append(f"dram_structure.protocol: {protocol} specifics (burst timing, special commands) are not "
                      f"modelled; imported with JEDEC DDR-style timing rules")
-    bankgroups = _int(parser, "dram_structure", "bankgroups", file)
-    banks_per_group = _int(parser, "dram_structure", "banks_per_group", file)
-    rows = _int(parser, "dram_structure", "rows", file)
-    columns = _int(parser, "dram_structure", "columns", file) * (2 if is_hbm else 1)
-    device_width = _int(parser, "dram_structure", "device_width", file)
-    burst_length = _int(parser, "dram_structure", "BL", file, 8)
-    bus_width = _int(parser, "system", "bus_width", file, 64)
-    channels = _int(parser, "system", "channels", file, 1)
-    channel_size_mb = _int(parser, "system", "channel_size", file, 1024)
+    bankgroups = _int(parser, "dram_structure", "bankgroups", file, minimum=1)
+    banks_per_group = _int(parser, "dram_structure", "banks_per_group", file, minimum=1)
+    rows = _int(parser, "dram_structure", "rows", file, minimum=1)
+    columns = _int(parser, "dram_structure", "columns", file, minimum=1) * (2 if is_hbm else 1)
+    device_width = _int(parser, "dram_structure", "device_width", file, minimum=1)
+    burst_length = _int(parser, "dram_structure", "BL", file, 8, minimum=1)
+    bus_width = _int(parser, "system", "bus_width", file, 64, minimum=1)
+    channels = _int(parser, "system", "channels", file, 1, minimum=1)
+    channel_size_mb = _int(parser, "system", "channel_size", file, 1024, minimum=1)
     if bus_width % device_width:
         raise ConfigError(f"bus_width {bus_width} is not a multiple of device_width {device_width}", file=file,
                           where="system.bus_width")
@@ -130,7 +149,7 @@ def import_dramsim3(path: str | Path) -> ImportResult:
     # archsim counts columns in bus-width words per row of the whole rank (all devices side by side)
     row_words = columns * devices_per_rank * device_width // bus_width
 
-    tck_ns = float(parser.get("timing", "tCK", fallback="1"))
+    tck_ns = _tck_ns(parser, file)
     t = {key: _int(parser, "timing", key, file, default) for key, default in _TIMING_DEFAULTS.items()}
     if t["AL"]:
         notes.append(f"timing.AL: additive latency {t['AL']} folded into CL and CWL (read/write latency = AL + CL/CWL)")
@@ -196,6 +215,4 @@ def import_dramsim3(path: str | Path) -> ImportResult:
         }
     }
     del tree["memory"]["preset"]
-    if not math.isfinite(rate_gbps):
-        raise ConfigError("tCK must be positive", file=file, where="timing.tCK")
     return ImportResult(tree, notes)

@@ -33,6 +33,9 @@ def apply_overrides(tree: dict[str, Any], assignments: tuple[str, ...] | list[st
             raise ConfigError(f"{assignment!r} is not of the form dotted.key=value", where="--set")
         dotted, text = assignment.split("=", 1)
         keys = dotted.strip().split(".")
+        if not all(k and k == k.strip() for k in keys):
+            raise ConfigError(f"{assignment!r}: a dotted key of non-empty parts without spaces, e.g. "
+                              "memory.timing.tFAW=30ns", where="--set")
         node: Any = tree
         for depth, key in enumerate(keys[:-1]):
             if not isinstance(node, dict) or key not in node:

@@ -46,6 +46,48 @@ _PARSED_MAX_CHARS = 1 << 20  # a larger file is parsed at every read (configs ar
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# levels of mappings and lists a config may nest: the deepest shipped YAML nests 6; thousands of levels would
+# overflow the parser's stack (libyaml's composer recurses in C: a crash, not an exception)
+MAX_NESTING = 100
+
+
+def _nesting(text: str) -> tuple[int, int]:
+    """An upper bound on how deep `text` nests, and the line where it is reached: the block indentation levels
+    open, the compact `- ` entries starting the line and the flow brackets open (quoted text and comments
+    skipped)."""
+    indents: list[int] = []
+    flow = deepest = deepest_line = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.lstrip(" ")
+        if not stripped or stripped.startswith("#"):
+            continue
+        if flow == 0:
+            indent = len(line) - len(stripped)
+            while indents and indents[-1] >= indent:
+                indents.pop()
+            indents.append(indent)
+        dashes = len(stripped) - len(stripped.lstrip("- ")) if stripped.startswith("- ") else 0
+        quote = ""
+        line_flow = flow
+        for k, char in enumerate(stripped):
+            if quote:
+                if char == quote and (quote == "'" or stripped[k - 1] != "\\"):
+                    quote = ""
+            elif char in "'\"":
+                quote = char
+            elif char == "#" and (k == 0 or stripped[k - 1] in " \t"):
+                break
+            elif char in "[{":
+                flow += 1
+                line_flow = max(line_flow, flow)
+            elif char in "]}":
+                flow = max(flow - 1, 0)
+        depth = len(indents) + dashes // 2 + line_flow
+        if depth > deepest:
+            deepest, deepest_line = depth, number
+    return deepest, deepest_line
+
+
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; unreadable files, syntax errors and duplicate keys name the file (and the line).
 
@@ -65,6 +107,10 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def _parse(text: str, file: str) -> Any:
+    depth, line = _nesting(text)
+    if depth > MAX_NESTING:
+        raise ConfigError(f"nested about {depth:,} levels deep; a config nests at most {MAX_NESTING}", file=file,
+                          where=f"line {line}")
     try:
         try:
             return _parse_with(_FAST_LOADER, text, file)

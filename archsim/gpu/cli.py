@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from archsim.errors import ConfigError
+from archsim.limits import INT64_MAX
 
 SCHEMA = "archsim.gpu/1"
 
@@ -25,6 +26,8 @@ def _positive_list(text: str, option: str) -> list[int]:
                               where=option) from None
         if value <= 0:
             raise ConfigError(f"must be positive, got {value}", where=option)
+        if value > INT64_MAX:
+            raise ConfigError(f"must be at most {INT64_MAX:,}, got {value:,}", where=option)
         values.append(value)
     return values
 
@@ -59,7 +62,7 @@ def predict(shape_spec: str, tokens_spec: str, tp_spec: str, gpu_name: str, json
     from archsim.report.output import write_json
 
     outputs = OutputPlan(inputs=[gpu_name if Path(gpu_name).suffix in (".yaml", ".yml") else None])
-    outputs.add(json_path, "--json")  # refused before anything runs: an input, an unwritable place
+    outputs.add(json_path, "--json", kind="json")  # refused before anything runs: an input, an unwritable place
     shape = parse_shape_spec(shape_spec)
     tokens_list = _positive_list(tokens_spec, "--tokens")
     tp_list = _positive_list(tp_spec, "--tp")

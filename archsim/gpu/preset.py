@@ -110,7 +110,7 @@ def load_gpu_preset(name_or_path: str | Path = "h100") -> GpuPreset:
         raise ConfigError("expected a top-level 'gpu' mapping", file=file)
     root = Section(tree["gpu"], "gpu", file)
     preset = GpuPreset(
-        name=root.str("name"),
+        name=root.name("name"),
         description=root.str("description", ""),
         **_datasheet(root.sub("datasheet")),
         gemm=_gemm(root.sub("gemm")),

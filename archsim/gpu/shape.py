@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from archsim.errors import ConfigError
+from archsim.limits import INT64_MAX
 from archsim.models import ModelShape
 
 # the tensor-core dtypes the calibration covers (fp16 measured; bf16 has the same width and H100 rate)
@@ -144,4 +145,6 @@ def _field(key: str, raw: str) -> object:
         raise ConfigError(f"expected a positive integer, got {raw!r}", where=f"--shape {key}") from None
     if value <= 0:
         raise ConfigError(f"must be a positive integer, got {value}", where=f"--shape {key}")
+    if value > INT64_MAX:
+        raise ConfigError(f"must be at most {INT64_MAX:,}, got {value:,}", where=f"--shape {key}")
     return value

@@ -22,7 +22,7 @@ from archsim.errors import ProgramError
 from archsim.inputs import read_text_input
 from archsim.isa.encoding import Instruction, check_operands
 from archsim.isa.expr import BASE_FUNCTIONS, ExprError, F32Bits, align_up, evaluate
-from archsim.isa.program import Program, SourceLoc, SramRegion, check_loops
+from archsim.isa.program import MAX_SRAM_BYTES, Program, SourceLoc, SramRegion, check_loops
 from archsim.isa.syntax import (
     IDENTIFIER,
     AsmSyntaxError,
@@ -90,6 +90,7 @@ class _State:
     sram_next: int = 0
     sram_min: int = 0
     expansions: int = 0
+    included: list[str] = field(default_factory=list)  # every .include file read, in order
 
 
 def _error(loc: SourceLoc, message: str) -> ProgramError:
@@ -242,7 +243,11 @@ class _Assembler:
         elif head == ".sram":
             self._sram(rest, loc)
         elif head == ".sram_size":
-            self.s.sram_min = max(self.s.sram_min, self._eval_int(rest, loc, ".sram_size"))
+            size = self._eval_int(rest, loc, ".sram_size")
+            if not 0 <= size <= MAX_SRAM_BYTES:
+                raise _error(loc, f".sram_size must lie in [0, {MAX_SRAM_BYTES:,}] (a program's header holds it in "
+                                  f"32 bits), got {size:,}")
+            self.s.sram_min = max(self.s.sram_min, size)
         elif head == ".assert":
             parts = split_operands(rest)
             if len(parts) != 2:
@@ -273,6 +278,9 @@ class _Assembler:
         if size < 0 or align <= 0:
             raise _error(loc, f"SRAM region {parts[0]} needs size >= 0 and alignment > 0")
         address = align_up(self.s.sram_next, align)
+        if address + size > MAX_SRAM_BYTES:
+            raise _error(loc, f"SRAM region {parts[0]} ends at byte {address + size:,}, beyond the "
+                              f"{MAX_SRAM_BYTES:,} bytes a program's header holds")
         self._define(parts[0], "const", address, loc)
         self.s.sram_next = address + size
         self.s.regions.append(SramRegion(parts[0], address, size, loc))
@@ -318,6 +326,7 @@ class _Assembler:
         for directory in (here, *self.include_dirs):
             candidate = directory / name
             if candidate.is_file():
+                self.s.included.append(str(candidate))
                 self.run_lines(iter(read_lines(candidate)), depth + 1)
                 return
         raise _error(loc, f"cannot find include file {name!r}")
@@ -407,7 +416,8 @@ class _Assembler:
                         for r in self.s.regions)
         constants = {k: v.value for k, v in self.s.symbols.items() if v.kind == "const"}
         program = Program(tuple(instructions), max(self.s.sram_next, self.s.sram_min), source=source,
-                          locations=locations, sram_regions=regions, symbols=MappingProxyType(constants))
+                          locations=locations, sram_regions=regions, symbols=MappingProxyType(constants),
+                          included=tuple(dict.fromkeys(self.s.included)))
         check_loops(program.instructions, table, program.error)
         return program
 

@@ -41,6 +41,7 @@ def asm_command(source: Path, output: Path, defines: tuple[str, ...]) -> None:
     outputs = OutputPlan(inputs=[source])
     outputs.add(output, "--output")
     program = assemble_file(source, defines=_defines(defines))
+    outputs.add_inputs(program.included)  # its .include files are inputs too
     outputs.write(output, lambda tmp: write_program(tmp, program))
     outputs.commit()
     click.echo(f"{output}: {len(program)} instructions, {program.sram_size_bytes} bytes of SRAM")

@@ -24,6 +24,7 @@ from archsim.isa.table import IsaTable, load_table
 MAGIC = b"PNMB"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<4sHHII")
+MAX_SRAM_BYTES = 2**32 - 1  # the header's uint32 SRAM size
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Program:
     locations: tuple[SourceLoc | None, ...] = ()
     sram_regions: tuple[SramRegion, ...] = ()
     symbols: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+    included: tuple[str, ...] = field(default=(), compare=False)  # the .include files its source read
 
     def __len__(self) -> int:
         return len(self.instructions)

@@ -6,6 +6,7 @@ comments start with `;` or `#` outside quotes; operands are separated by top-lev
 
 from __future__ import annotations
 
+import math
 import re
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -104,7 +105,10 @@ def parse_define(text: str) -> tuple[str, object]:
     name, value = name.strip(), value.strip()
     if not sep or not IDENTIFIER.match(name) or not value:
         raise AsmSyntaxError(f"-D expects NAME=VALUE, got {text!r}")
-    return name, parse_value(value)
+    try:
+        return name, parse_value(value)
+    except AsmSyntaxError as exc:
+        raise AsmSyntaxError(f"-D {name}: {exc}") from None
 
 
 def parse_defines(values: tuple[str, ...]) -> dict[str, object]:
@@ -124,9 +128,13 @@ def parse_value(value: str) -> object:
     except ValueError:
         pass
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(number):
+            raise AsmSyntaxError(f"define value {value!r} is not a finite number")
+        return number
     if IDENTIFIER.match(value):
         return value
     raise AsmSyntaxError(f"cannot read define value {value!r} (a number or a bare word)")

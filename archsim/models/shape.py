@@ -8,6 +8,7 @@ ConfigError rather than a silently wrong byte count.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -103,11 +104,30 @@ class ModelShape:
 
     def with_layers(self, num_layers: int) -> ModelShape:
         """The same model cut to `num_layers` decoder layers (what `capture --layers` does)."""
-        if num_layers < 1:
-            raise ConfigError(f"layers must be >= 1, got {num_layers}", where="layers")
+        if not 1 <= num_layers <= self.num_layers:
+            raise ConfigError(f"must lie in [1, {self.num_layers}] ({self.name or 'the model'} has "
+                              f"{self.num_layers} decoder layers), got {num_layers}", where="layers")
         fields = dict(self.__dict__)
         fields["num_layers"] = num_layers
         return ModelShape(**fields)
+
+
+def shape_from_dict(values: object, where: str) -> ModelShape:
+    """A ModelShape from its own fields (a logical trace header's `model.shape`), each of its type."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"expected an object of ModelShape fields, got {values!r}", where=where)
+    fields = {f.name: f for f in dataclasses.fields(ModelShape)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(f"unknown field {key!r}", where=f"{where}.{key}")
+        kind = {"int": int, "bool": bool, "str": str}[str(fields[key].type)]
+        if not isinstance(value, kind) or (kind is int and (isinstance(value, bool) or value < 0)):
+            raise ConfigError(f"expected a {'non-negative integer' if kind is int else kind.__name__}, got {value!r}",
+                              where=f"{where}.{key}")
+    missing = [k for k, f in fields.items() if k not in values and f.default is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing field {missing[0]!r}", where=f"{where}.{missing[0]}")
+    return ModelShape(**values)
 
 
 def _int(config: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:

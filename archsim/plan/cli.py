@@ -36,7 +36,8 @@ def _fmt(v: float | None, scale: float = 1e3) -> str:
                    "default step_latency), or a request's end to end (with --scenario, its default).")
 @click.option("--requests", "n_requests", type=click.IntRange(min=1), default=200, show_default=True,
               help="With --scenario: the requests each candidate is served on to simulate its end to end.")
-@click.option("--seed", type=int, default=0, show_default=True, help="With --scenario: the requests' seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --scenario: the requests' seed.")
 @click.option("--candidates", help="Comma-separated candidates to consider (e.g. pool/pnm,hbm/gpu; default all).")
 @click.option("--contexts", help="Comma-separated contexts (default: the workload's).")
 @click.option("--batch", type=click.IntRange(min=1), help="Sequences per model instance (default: the workload's).")
@@ -79,7 +80,7 @@ def plan_command(systems: Sequence[str], workload_path: str | None, scenario_pat
     for cfg in configs:
         check_candidates(ev.inputs(cfg.name, 1.0, batch or workload.batch), wanted or ())
     outputs = OutputPlan(inputs=_inputs(configs, workload))
-    outputs.add(json_path, "--json")
+    outputs.add(json_path, "--json", kind="json")
     outputs.add(plot_path, "--plot", kind="plot")
     tree: dict = {"schema": SCHEMA, "workload": workload.name, "model": workload.shape.name,
                   "objective": objective, "systems": [c.name for c in configs]}
@@ -139,8 +140,8 @@ def _plan_requests(systems: Sequence[str], scenario_path: str, n_requests: int, 
 
     scenario = load_scenario(scenario_path, [])
     configs = load_system_configs(systems)
-    outputs = OutputPlan(inputs=[f for f in [scenario.file, *(c.file for c in configs)] if f])
-    outputs.add(json_path, "--json")
+    outputs = OutputPlan(inputs=[*scenario.input_files(), *(c.file for c in configs if c.file)])
+    outputs.add(json_path, "--json", kind="json")
     shape, dtype, max_context = model_limits(scenario)
     requests_for = requests_source(scenario, n_requests, None, seed)
     rows = []

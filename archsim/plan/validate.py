@@ -14,6 +14,7 @@ from typing import Any
 
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
+from archsim.limits import INT64_MAX
 from archsim.plan.inputs import candidate_system, plan_inputs, scaled_links_system
 from archsim.plan.model import PlanInputs, Prediction, objective_value, plan
 from archsim.system.config import SystemConfig, resolve_system_path
@@ -56,6 +57,10 @@ def parse_grid(text: str, workload: Workload) -> Grid:
         key = key.strip()
         if not sep or key not in ("contexts", "batches", "links"):
             raise ConfigError(f"expected contexts=..;batches=..;links=.., got {item!r}", where="--grid")
+        if key in parts:
+            raise ConfigError(f"{key} is given twice in {text!r}", where="--grid")
+        if not value.strip():
+            raise ConfigError(f"{key} has no values in {text!r}", where="--grid")
         parts[key] = value
     try:
         contexts = tuple(parse_tokens(v.strip(), "--grid contexts") for v in parts["contexts"].split(",")
@@ -66,8 +71,8 @@ def parse_grid(text: str, workload: Workload) -> Grid:
             else base.link_scales
     except ValueError as exc:
         raise ConfigError(f"not a number in {text!r} ({exc})", where="--grid") from None
-    if any(b <= 0 for b in batches) or any(s <= 0 for s in scales):
-        raise ConfigError(f"batches and link scales must be positive in {text!r}", where="--grid")
+    if any(not 0 < b <= INT64_MAX for b in batches) or any(not 0 < s < math.inf for s in scales):
+        raise ConfigError(f"batches and link scales must be positive and finite in {text!r}", where="--grid")
     grid = Grid(contexts, batches, scales)
     if grid.size == 0:
         raise ConfigError(f"the grid {text!r} has no points", where="--grid")

@@ -84,8 +84,8 @@ def run(kernel: Path, memory_path: Path | None, pnm_path: Path | None, shape: st
                               where="pnm.memory")
         memory_path = pnm_cfg.memory_path
     outputs = OutputPlan(inputs=[kernel, memory_path, pnm_cfg.source_file])
-    outputs.add(json_path, "--json")
-    outputs.add(timeline_path, "--timeline")
+    outputs.add(json_path, "--json", kind="json")
+    outputs.add(timeline_path, "--timeline", kind="json")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     memory_cfg = load_memory_config(memory_path, memory_overrides)
     result = run_pnm(kernel, shape, memory_cfg, pnm_cfg, defines=_defines(defines), units=units, progress=not quiet,

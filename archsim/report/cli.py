@@ -20,8 +20,9 @@ def report(inputs: Sequence[str], output: str, title: str) -> None:
     from archsim.outputs import OutputPlan
     from archsim.report.html import build_report, read_inputs
 
-    outputs = OutputPlan(inputs=[p for p in inputs if Path(p).is_file()])
-    outputs.add(output, "--output")
+    read = [f for p in map(Path, inputs) for f in ([p] if not p.is_dir() else [*p.glob("*.json"), p / "points.sqlite"])]
+    outputs = OutputPlan(inputs=read)
+    outputs.add(output, "--output", kind="html")
     page = build_report(read_inputs(inputs), title)
     outputs.write(output, lambda tmp: Path(tmp).write_text(page, encoding="utf-8"))
     outputs.commit()

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import ConfigError
+from archsim.inputs import read_json_input
+from archsim.report.inputs import check_input_tree
 
 PAGE_WIDTH_PX = 1200
 MARGIN_PX = 24
@@ -57,16 +59,13 @@ def read_inputs(paths: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
                 raise ConfigError(f"schema {tree.get('schema')!r} has no report plots (supported: "
                                   f"{', '.join(s + '*' for s in SUPPORTED)})", file=text, where="schema")
             out.append((text, tree))
+    for file, tree in out:
+        check_input_tree(tree, file)
     return out
 
 
 def _load(path: Path) -> dict[str, Any]:
-    try:
-        tree = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("no such file", file=str(path)) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"not a JSON file: {exc}", file=str(path)) from None
+    tree = read_json_input(path, ConfigError)
     if not isinstance(tree, dict):
         raise ConfigError("not a JSON object", file=str(path))
     return tree
@@ -189,13 +188,8 @@ def _svg(fig: Any) -> tuple[str, int, int]:
 
 def build_report(inputs: Sequence[tuple[str, dict[str, Any]]], title: str = "archsim report") -> str:
     plots: list[Plot] = []
-    for file, tree in inputs:
-        try:
-            figures = figures_for(file, tree)
-        except (KeyError, TypeError, IndexError, AttributeError) as exc:  # a supported schema, an incomplete tree
-            raise ConfigError(f"not a complete {tree.get('schema')} tree ({type(exc).__name__}: {exc})",
-                              file=file) from None
-        for k, (plot_title, fig) in enumerate(figures):
+    for file, tree in inputs:  # read_inputs checked every key the figures read
+        for k, (plot_title, fig) in enumerate(figures_for(file, tree)):
             svg, w, h = _svg(fig)
             plots.append(Plot(f"plot-{len(plots) + 1}", plot_title if k == 0 else f"{plot_title} ({k + 1})", svg, w, h))
     return render(plots, title, [f for f, _ in inputs])

@@ -64,7 +64,7 @@ def fabric_ratios(entries: Sequence[dict]) -> dict[str, float | None]:
               help="Scenario YAML or shipped name (configs/scenarios/); a trace is named inside a scenario.")
 @click.option("--requests", "n_requests", type=click.IntRange(min=1), help="Requests to serve (default 1000).")
 @click.option("--duration", help="Instead of --requests: sessions starting within this time (e.g. 600s).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random draw.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of every random draw.")
 @click.option("--warmup-requests", type=click.IntRange(min=0), default=0, show_default=True,
               help="Completed requests (by arrival) left out of every metric.")
 @click.option("--set", "overrides", multiple=True, metavar="DOTTED.KEY=VALUE",
@@ -121,12 +121,12 @@ def serve(systems: Sequence[str], scenario_path: str, n_requests: int | None, du
         raise ConfigError("a timeline shows one offered load: give it without --rates", where="--timeline")
     loads = scenarios_at_rates(scenario_path, scenario_sets, scenario, rates) if rates else [scenario]
     configs = load_system_configs(systems, [o for o in overrides if o.strip().startswith("system.")])
-    inputs = [c.file for c in configs if c.file] + ([scenario.file] if scenario.file else [])
+    inputs = [c.file for c in configs if c.file] + scenario.input_files()
     outputs = OutputPlan(inputs=[f for f in inputs if f])
-    outputs.add(json_path, "--json")
+    outputs.add(json_path, "--json", kind="json")
     outputs.add(plot_path, "--plot", kind="plot")
-    outputs.add(requests_path, "--requests-out")
-    outputs.add(timeline_path, "--timeline")
+    outputs.add(requests_path, "--requests-out", kind="jsonl")
+    outputs.add(timeline_path, "--timeline", kind="json")
     window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     count = n_requests if n_requests or duration_ns else 1000
     tasks = [(config, load, requests_source(load, count, duration_ns, seed)) for load in loads for config in configs]

@@ -7,11 +7,13 @@ semantics; archsim/serving/requests.py turns the prompts' content segments into 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 
 from archsim.errors import ConfigError
+from archsim.limits import INT64_MAX, check_fits_memory
 from archsim.serving.branching import Program, program
 from archsim.serving.requests import RequestTable, content_id, mix
 from archsim.serving.scenario import Arrivals, LengthDist, Scenario
@@ -19,6 +21,8 @@ from archsim.serving.scenario import Arrivals, LengthDist, Scenario
 # content-id tags of prompt segments (requests.py chains them into block keys)
 PREFIX, USER, ANSWER = 1, 2, 3
 VERIFIER = np.uint64(0x7E81F1E5C0DE0001)  # salts the content a tree's own verifier model holds KV of
+# a RequestTable row's columns: arrival, prev, think, session, turn, input, output, block offset
+ROW_BYTES = 8 + 8 + 8 + 8 + 4 + 8 + 8 + 8
 _STREAMS = ("arrivals", "turns", "input", "new_tokens", "output", "prefix", "think", "reasoning", "programs")
 
 
@@ -36,8 +40,12 @@ def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float
         raise ConfigError(f"must be a positive duration, got {duration_ns} ns", where="--duration")
     if block_tokens < 1:
         raise ConfigError(f"must be >= 1, got {block_tokens}", where="system.serving.block_tokens")
+    if duration_ns is not None and duration_ns > INT64_MAX:
+        raise ConfigError(f"{duration_ns / 1e9:.3g} s is beyond the longest time the simulator holds "
+                          f"({INT64_MAX / 1e9:,.0f} s)", where="--duration")
     if scn.trace is not None:
         return _from_trace(scn, n_requests, duration_ns, seed, block_tokens)
+    _check_table_size(scn, n_requests, duration_ns, block_tokens)
     rng = dict(zip(_STREAMS, np.random.default_rng(seed).spawn(len(_STREAMS)), strict=True))
     assert scn.arrivals is not None and scn.input is not None and scn.output is not None
     if scn.branching is not None:
@@ -46,6 +54,22 @@ def generate(scn: Scenario, *, n_requests: int | None = None, duration_ns: float
     turns, starts = _sessions_and_starts(scn, n_requests, duration_ns, rng,
                                          lambda k: turns_dist.sample(rng["turns"], k))
     return _build(scn, turns, starts, rng, block_tokens)
+
+
+def _check_table_size(scn: Scenario, n_requests: int | None, duration_ns: float | None, block_tokens: int) -> None:
+    """Refuse a request count (or a duration's expected one) whose table alone exceeds this machine's memory: a
+    row's columns (RequestTable) and its first prompt's block keys, a lower bound on what a run holds."""
+    assert scn.input is not None
+    prompt = scn.input.least_typical + (scn.prefix.tokens * scn.prefix.fraction if scn.prefix else 0)
+    row_bytes = ROW_BYTES + 8 * max(1, math.ceil(prompt / block_tokens))
+    if n_requests is not None:
+        check_fits_memory(n_requests, row_bytes, "requests", where="--requests")
+    elif scn.arrivals is not None and scn.arrivals.rate_per_s is not None and duration_ns is not None:
+        expected = scn.arrivals.rate_per_s * duration_ns / 1e9
+        if expected > INT64_MAX:
+            raise ConfigError(f"{expected:.3g} sessions expected at {scn.arrivals.rate_per_s:g}/s: beyond what the "
+                              "simulator counts", where="--duration")
+        check_fits_memory(int(expected), row_bytes, "requests (the sessions expected in it)", where="--duration")
 
 
 def _inter_arrivals_s(arr: Arrivals, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -57,10 +81,16 @@ def _inter_arrivals_s(arr: Arrivals, rng: np.random.Generator, n: int) -> np.nda
     return rng.gamma(shape, 1.0 / (arr.rate_per_s * shape), size=n)
 
 
-def _open_loop_starts(arr: Arrivals, rng: np.random.Generator, n: int) -> np.ndarray:
+def _open_loop_starts(arr: Arrivals, rng: np.random.Generator, n: int, file: str | None = None) -> np.ndarray:
     """n session arrivals in ns, the first at 0."""
     gaps = _inter_arrivals_s(arr, rng, max(n - 1, 0))
-    return np.concatenate(([0.0], np.cumsum(gaps) * 1e9))[:n]
+    with np.errstate(over="ignore"):  # a tiny rate's arrivals overflow to inf: refused just below
+        starts = np.concatenate(([0.0], np.cumsum(gaps) * 1e9))[:n]
+    if not starts[-1] <= INT64_MAX:  # a tiny rate: arrivals beyond int64 ns (or infinite)
+        raise ConfigError(f"{arr.rate_per_s:g} sessions per second puts arrivals beyond the latest time the "
+                          f"simulator holds ({INT64_MAX / 1e9:,.0f} s)", file=file,
+                          where="scenario.arrivals.rate_per_s")
+    return starts
 
 
 def _sessions_and_starts(scn: Scenario, n_requests: int | None, duration_ns: float | None,
@@ -93,7 +123,7 @@ def _sessions_and_starts(scn: Scenario, n_requests: int | None, duration_ns: flo
         starts = np.full(sessions, np.nan)
         starts[: arr.users] = 0.0  # every user sends at once; the next session waits for the user's last answer
         return turns, starts
-    return turns, _open_loop_starts(arr, rng["arrivals"], sessions)
+    return turns, _open_loop_starts(arr, rng["arrivals"], sessions, scn.file)
 
 
 def _build(scn: Scenario, turns: np.ndarray, starts: np.ndarray, rng: dict[str, np.random.Generator],
@@ -143,6 +173,8 @@ def _assemble(scn: Scenario, shape: _Layout, starts: np.ndarray, user: np.ndarra
     think = think.copy()
     _close_the_loop(scn, shape, prev, think, rng)
     seg_offsets, ids, lens = _segments(shape.session, shape.first_row, prefix_group, user, output, prefix_tokens)
+    blocks = int(lens.sum()) // block_tokens + shape.n  # every prompt's blocks, its last partial one too
+    check_fits_memory(blocks, 8, "KV block keys of the drawn prompts", where="scenario.input", file=scn.file)
     return RequestTable.from_segments(arrival_ns=arrival, prev=prev, think_ns=think, session=shape.session,
                                       turn=shape.turn, output_tokens=output, seg_offsets=seg_offsets, seg_ids=ids,
                                       seg_tokens=lens, block_tokens=block_tokens)

@@ -7,7 +7,9 @@ One request per line, as Moonshot AI publishes them with the Mooncake paper (FAS
 `timestamp`: arrival in ms from the start (non-decreasing); `input_length`, `output_length`: tokens (>= 1);
 `hash_ids`: one id per `hash_block_tokens`-token block of the prompt (512 in Mooncake's traces), the last one
 possibly partial; equal ids are equal content, and an id already encodes every block before it (the ids form
-a prefix tree), so a request reuses the KV of every leading block it shares with an earlier one.
+a prefix tree), so a request reuses the KV of every leading block it shares with an earlier one. A blank line
+(but at the end), a key given twice on a line and a value beyond what the tables hold are refused, naming the
+line.
 
 Reading, a KV block of B tokens (B must divide `hash_block_tokens`) takes the key (hash_id, offset // B) of the
 trace block holding it, offset being its first token's position inside that block; the last partial B-block
@@ -26,12 +28,15 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from archsim.errors import EMPTY_TRACE, ConfigError, TraceError
-from archsim.inputs import read_text_input
+from archsim.inputs import JSONInputError, parse_json, read_text_input
+from archsim.limits import INT64_MAX, MAX_TOKENS
 from archsim.outputs import atomic_write_bytes
 from archsim.serving.requests import RequestTable, block_offsets_for, mix, partial_keys
 
@@ -43,12 +48,12 @@ def _int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _parse_line(text: str, hash_block_tokens: int) -> tuple[float, int, int, list[int]] | str:
-    """(timestamp ms, input, output, hash ids), or what is wrong with the line."""
+def _parse_line(text: str, hash_block_tokens: int | None) -> tuple[float, int, int, list[int]] | str:
+    """(timestamp ms, input, output, hash ids), or what is wrong with the line (None: any number of hash ids)."""
     try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"not JSON: {exc.msg} (column {exc.colno})"
+        row = parse_json(text)
+    except JSONInputError as exc:
+        return str(exc)
     if not isinstance(row, dict):
         return "expected a JSON object"
     missing = [k for k in FIELDS if k not in row]
@@ -57,17 +62,56 @@ def _parse_line(text: str, hash_block_tokens: int) -> tuple[float, int, int, lis
     ts, n_in, n_out, ids = (row[k] for k in FIELDS)
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
         return f"timestamp must be a non-negative number of ms, got {ts!r}"
-    if not _int(n_in) or n_in < 1:
-        return f"input_length must be an integer >= 1, got {n_in!r}"
-    if not _int(n_out) or n_out < 1:
-        return f"output_length must be an integer >= 1, got {n_out!r}"
-    if not isinstance(ids, list) or not all(_int(h) and h >= 0 for h in ids):
-        return "hash_ids must be a list of non-negative integers"
-    blocks = -(-n_in // hash_block_tokens)
+    for name, length in (("input_length", n_in), ("output_length", n_out)):
+        if not _int(length) or not 1 <= length <= MAX_TOKENS:
+            return f"{name} must be an integer in [1, {MAX_TOKENS:,}], got {length!r}"
+    if not isinstance(ids, list) or not all(_int(h) and 0 <= h < 2**64 for h in ids):
+        return "hash_ids must be a list of integers in [0, 2^64)"
+    blocks = len(ids) if hash_block_tokens is None else -(-n_in // hash_block_tokens)
     if len(ids) != blocks:
         return (f"{len(ids)} hash_ids for input_length {n_in}: expected {blocks} "
                 f"(one per {hash_block_tokens}-token block)")
     return float(ts), n_in, n_out, ids
+
+
+def _lines(path: str | os.PathLike[str], hash_block_tokens: int | None,
+           time_scale: float = 1.0) -> Iterator[tuple[float, int, int, list[int]]]:
+    """Every request line of the file, checked (see the module docstring)."""
+    file = os.fspath(path)
+    text = read_text_input(file, TraceError, what="JSONL")
+    lines = text.splitlines()
+    while lines and not lines[-1].strip():  # blank lines at the end: an editor's, not a missing request
+        lines.pop()
+    max_ms = INT64_MAX / 1e6 / time_scale
+    previous = None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            raise TraceError("a blank line: JSONL holds one JSON object per line", file=file,
+                             where=f"line {number}")
+        parsed = _parse_line(line, hash_block_tokens)
+        if isinstance(parsed, str):
+            raise TraceError(parsed, file=file, where=f"line {number}")
+        ts = parsed[0]
+        if previous is not None and ts < previous:
+            raise TraceError(f"timestamp {ts:g} is before the previous line's {previous:g}", file=file,
+                             where=f"line {number}")
+        if ts > max_ms:
+            raise TraceError(f"timestamp {ts:g} ms (x time_scale {time_scale:g}) is beyond the latest arrival the "
+                             f"simulator holds ({INT64_MAX:,} ns)", file=file, where=f"line {number}")
+        previous = ts
+        yield parsed
+    if previous is None:
+        raise TraceError(EMPTY_TRACE, file=file)
+
+
+def summarize_mooncake(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """`archsim trace info` of a Mooncake trace: its requests, arrivals, lengths and prefix blocks."""
+    rows = list(_lines(path, None))
+    ids = [h for *_, hashes in rows for h in hashes]
+    return {"path": os.fspath(path), "format": "mooncake", "records": len(rows),
+            "first_timestamp_ms": rows[0][0], "last_timestamp_ms": rows[-1][0],
+            "input_tokens": sum(r[1] for r in rows), "output_tokens": sum(r[2] for r in rows),
+            "hash_ids": len(ids), "distinct_hash_ids": len(set(ids)), "file_bytes": Path(path).stat().st_size}
 
 
 def read_mooncake(path: str | os.PathLike[str], *, block_tokens: int, hash_block_tokens: int = 512,
@@ -79,29 +123,17 @@ def read_mooncake(path: str | os.PathLike[str], *, block_tokens: int, hash_block
                           f"hash blocks", where="hash_block_tokens")
     if not time_scale > 0 or not math.isfinite(time_scale):
         raise ConfigError(f"must be a positive number, got {time_scale}", where="time_scale")
-    text = read_text_input(file, TraceError, what="JSONL")
     stamps: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
     hashes: list[int] = []
     hash_counts: list[int] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        parsed = _parse_line(line, hash_block_tokens)
-        if isinstance(parsed, str):
-            raise TraceError(parsed, file=file, where=f"line {number}")
-        ts, n_in, n_out, ids = parsed
-        if stamps and ts < stamps[-1]:
-            raise TraceError(f"timestamp {ts:g} is before the previous line's {stamps[-1]:g}", file=file,
-                             where=f"line {number}")
+    for ts, n_in, n_out, ids in _lines(file, hash_block_tokens, time_scale):
         stamps.append(ts)
         inputs.append(n_in)
         outputs.append(n_out)
         hashes.extend(ids)
         hash_counts.append(len(ids))
-    if not stamps:
-        raise TraceError(EMPTY_TRACE, file=file)
     n = len(stamps)
     input_tokens = np.asarray(inputs, dtype=np.int64)
     hash_offsets = np.concatenate(([0], np.cumsum(hash_counts))).astype(np.int64)

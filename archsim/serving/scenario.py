@@ -27,17 +27,17 @@
 
 Lengths (`input`, `output`, `sessions.turns`, `sessions.new_tokens`, `reasoning.output`): a positive integer,
 or `{dist: fixed, value}`, `{dist: uniform, min, max}` (integers, inclusive), `{dist: lognormal, median, sigma}`
-or `{dist: lognormal, mean, median}` (rounded, clipped to optional `min` (default 1) / `max`), or `{dist:
-empirical, file: F.csv}` (a `tokens,weight` or `turns,weight` CSV, relative to the scenario). Every top-level
-part carries `source:`, where its numbers come from. Turn k+1's prompt is turn k's prompt + its answer + new
-tokens; it arrives `sessions.think_time` after turn k's last token. Errors are ConfigErrors naming the file
-and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
+or `{dist: lognormal, mean, median}` (rounded, clipped to optional `min` (default 1) / `max` (default
+2^31 - 1)), or `{dist: empirical, file: F.csv}` (a `tokens,weight` or `turns,weight` CSV, relative to the
+scenario). Every top-level part carries `source:`, where its numbers come from. Turn k+1's prompt is turn k's
+prompt + its answer + new tokens; it arrives `sessions.think_time` after turn k's last token. Errors are
+ConfigErrors naming the file and key. A request's prompt without sessions: [shared prefix] + `input` tokens.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ from archsim.config.overrides import apply_overrides
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError
 from archsim.inputs import check_input, read_text_input
+from archsim.limits import MAX_TOKENS
 from archsim.resources import data_path
 from archsim.section import Section
 from archsim.serving.branching import KINDS as BRANCHING_KINDS
@@ -76,27 +77,39 @@ class LengthDist:
     sigma: float = 0.0
     table_tokens: tuple[int, ...] = ()
     table_weights: tuple[float, ...] = ()
+    table_file: str | None = field(default=None, compare=False)  # empirical: the CSV it was read from
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.kind == "fixed":
             return np.full(n, self.value, dtype=np.int64)
         if self.kind == "uniform":
             return rng.integers(self.low, self.high, size=n, endpoint=True, dtype=np.int64)
-        if self.kind == "lognormal":
+        if self.kind == "lognormal":  # without a max, clipped to the largest count a scenario holds
             x = np.rint(rng.lognormal(self.mu, self.sigma, size=n))
-            return np.clip(x, self.low, self.high if self.high else None).astype(np.int64)
+            return np.clip(x, self.low, self.high or MAX_TOKENS).astype(np.int64)
         p = np.asarray(self.table_weights) / math.fsum(self.table_weights)
         return rng.choice(np.asarray(self.table_tokens, dtype=np.int64), size=n, p=p)
 
     @property
     def mean(self) -> float:
-        """The distribution's mean before clipping (for rates and reports)."""
+        """The distribution's mean before clipping (for rates and reports; inf beyond a float)."""
+        if self.kind == "lognormal":
+            try:
+                return math.exp(self.mu + self.sigma**2 / 2)
+            except OverflowError:
+                return math.inf
+        return self.least_typical
+
+    @property
+    def least_typical(self) -> float:
+        """A value at most the mean of what `sample` draws: a lognormal's median (below its mean, within its
+        clip), every other distribution's mean."""
         if self.kind == "fixed":
             return float(self.value)
         if self.kind == "uniform":
             return (self.low + self.high) / 2
         if self.kind == "lognormal":
-            return math.exp(self.mu + self.sigma**2 / 2)
+            return min(max(math.exp(self.mu), self.low), self.high or MAX_TOKENS)
         return float(np.dot(self.table_tokens, self.table_weights) / math.fsum(self.table_weights))
 
 
@@ -188,6 +201,13 @@ class Scenario:
                 "slo_ttft_ms": None if self.slo is None or self.slo.ttft_ns is None else self.slo.ttft_ns / 1e6,
                 "slo_tpot_ms": None if self.slo is None or self.slo.tpot_ns is None else self.slo.tpot_ns / 1e6}
 
+    def input_files(self) -> list[str]:
+        """Every file the scenario reads: itself, its trace, its length tables (no output may overwrite one)."""
+        dists = [self.input, self.output, self.sessions and self.sessions.turns,
+                 self.sessions and self.sessions.new_tokens, self.reasoning and self.reasoning.output]
+        files = [self.file, self.trace and self.trace.path] + [d.table_file for d in dists if d]
+        return [f for f in files if f]
+
     def requests(self, *, n_requests: int | None = None, duration_ns: float | None = None, seed: int = 0,
                  block_tokens: int = 16) -> RequestTable:
         """The requests of `n_requests` (or of every session starting before `duration_ns`), for `seed`."""
@@ -222,7 +242,7 @@ def scenario_from_mapping(tree: Any, *, file: str | None = None) -> Scenario:
     root = top.sub("scenario")
     top.done()
     base = Path(file).resolve().parent if file else Path.cwd()
-    name = root.str("name")
+    name = root.name("name")
     description = root.str("description", "")
     model = _parse_model(root.sub("model"))
     trace = _parse_trace(root.sub("requests"), base) if root.has("requests") else None
@@ -288,6 +308,8 @@ def _count(s: Section, key: str, default: Any = ...) -> int:
         value = int(value.strip()[:-1]) * 1024
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise s.error(key, f"must be a positive integer, got {value!r}")
+    if value > MAX_TOKENS:
+        raise s.error(key, f"{value:,} is beyond the largest count a scenario holds ({MAX_TOKENS:,})")
     return value
 
 
@@ -360,6 +382,8 @@ def _parse_dist(parent: Section, key: str, base: Path, *, source: bool = False) 
 
 def _parse_lognormal(s: Section) -> LengthDist:
     median = _positive(s, "median")
+    if median > MAX_TOKENS:
+        raise s.error("median", f"{median:g} is beyond the largest count a scenario holds ({MAX_TOKENS:,})")
     if s.has("sigma") == s.has("mean"):
         raise s.error("sigma", "give exactly one of sigma or mean (with median)")
     if s.has("sigma"):
@@ -398,11 +422,14 @@ def _parse_empirical(s: Section, base: Path) -> LengthDist:
         if t <= 0 or not w > 0 or not math.isfinite(w):
             raise ConfigError(f"tokens and weight must be positive, got {line!r}", file=str(path),
                               where=f"line {number}")
+        if t > MAX_TOKENS:
+            raise ConfigError(f"{t:,} is beyond the largest count a scenario holds ({MAX_TOKENS:,})",
+                              file=str(path), where=f"line {number}")
         tokens.append(t)
         weights.append(w)
     if not tokens:
         raise ConfigError("the table has no rows", file=str(path))
-    return LengthDist("empirical", table_tokens=tuple(tokens), table_weights=tuple(weights))
+    return LengthDist("empirical", table_tokens=tuple(tokens), table_weights=tuple(weights), table_file=str(path))
 
 
 def _parse_sessions(s: Section, base: Path) -> Sessions:
@@ -534,7 +561,7 @@ def _parse_trace(s: Section, base: Path) -> TraceInput:
     try:
         check_input(path, ConfigError)
     except ConfigError as exc:
-        raise s.error("trace", f"{exc.detail}: {path}") from None
+        raise s.error("trace", f"{exc.detail}: {exc.file or path}") from None
     fmt = s.choice("format", TRACE_FORMATS)
     only = {"mooncake": ("hash_block_tokens", "time_scale"), "logical": ("think_time",)}
     for other, keys in only.items():

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from archsim.errors import ArchsimError, ConfigError
+from archsim.limits import check_fits_memory
 from archsim.sweep.replicas import replicas_text
 from archsim.sweep.spec import SweepSpec
 from archsim.sweep.store import Store, point_key
@@ -37,6 +38,11 @@ TIMING_COLUMNS = ("wall_s", "host")
 
 class PointTimeoutError(Exception):
     pass
+
+
+# what a worker process owns, at least, once it has run a point: a forked warm worker's Private_Dirty after one
+# bench-200 point is 25 MiB (/proc/PID/smaps_rollup; the rest of its 106 MiB RSS is shared with the parent)
+WORKER_BYTES = 25 * 2**20
 
 
 def warm_worker() -> None:
@@ -399,6 +405,7 @@ def _dask_client(scheduler: str, connect_timeout_s: float):  # noqa: ANN202 - di
         text = scheduler.removeprefix("local:")
         if not text.isdigit() or int(text) < 1:
             raise ConfigError(f"expected local:N with N >= 1 workers, got {scheduler!r}", where="--scheduler")
+        check_fits_memory(int(text), WORKER_BYTES, "Dask worker processes", where="--scheduler")
         cluster = LocalCluster(n_workers=int(text), threads_per_worker=1, processes=True, dashboard_address=None)
         client = Client(cluster)
     elif scheduler.startswith("tcp://"):
@@ -471,6 +478,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, workers: int = 1, scheduler: st
 
     searched = spec.method in ("tpe", "nsga2")
     planned = [] if searched else plan(spec)
+    workers = max(1, min(workers, spec.batch if searched else len(planned)))  # more would idle
+    if not scheduler:
+        check_fits_memory(workers, WORKER_BYTES, "worker processes", where="--workers")
     # a cluster's client before the store, so a scheduler that does not answer leaves no DIR behind; local workers
     # after it (only when a point is left to compute: a resume of a finished sweep forks none) and before the
     # progress bar's thread, so that they can be forked

@@ -39,11 +39,16 @@ from typing import Any
 
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
+from archsim.limits import check_fits_memory
 from archsim.resources import data_path
 from archsim.section import Section
 from archsim.sweep.commands import Command, command
 
 SWEEPS_DIR = data_path("configs", "sweeps")
+# lower bounds on what an axis value and a grid point take in memory (sys.getsizeof: a float 24 B, a one-key dict
+# 184 B, each with its 8-B list slot), so an axis or grid beyond this machine's memory is refused before it is built
+AXIS_VALUE_BYTES = 32
+POINT_BYTES = 192
 SEARCH_METHODS = ("grid", "random", "tpe", "nsga2")
 GOALS = ("minimize", "maximize")
 _MISSING_KEY = ("unknown key", "no such config path", "cannot set a key inside a non-mapping")
@@ -176,8 +181,8 @@ def load_spec(name_or_path: str | Path) -> SweepSpec:
 
 
 def _number(value: Any, s: Section, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise s.error(key, f"expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise s.error(key, f"expected a finite number, got {value!r}")
     return value
 
 
@@ -198,6 +203,12 @@ def _axis_values(s: Section, key: str) -> tuple[Any, ...]:
                           f"{{log_range: [start, stop, count]}}, got {raw!r}", file=s.file, where=where)
     if not values:
         raise ConfigError("an empty axis (give at least one value)", file=s.file, where=where)
+    seen: set[str] = set()
+    for value in values:
+        text = json.dumps(value, sort_keys=True, default=str)
+        if text in seen:
+            raise ConfigError(f"the value {value!r} is given twice", file=s.file, where=where)
+        seen.add(text)
     return values
 
 
@@ -207,11 +218,13 @@ def _range(start: float, stop: float, third: float, kind: str, file: str, where:
         if third <= 0:
             raise ConfigError(f"the step must be positive, got {third}", file=file, where=where)
         n = int(math.floor((stop - start) / third + 1e-9)) + 1
+        check_fits_memory(max(n, 0), AXIS_VALUE_BYTES, "axis values", where=where, file=file)
         values = [start + i * third for i in range(max(n, 0))]
     else:
         if start <= 0 or stop <= 0 or not isinstance(third, int) or third < 1:
             raise ConfigError("log_range needs a positive start and stop and an integer count >= 1", file=file,
                               where=where)
+        check_fits_memory(third, AXIS_VALUE_BYTES, "axis values", where=where, file=file)
         ratio = (stop / start) ** (1 / (third - 1)) if third > 1 else 1.0
         values = [start * ratio**i for i in range(third)]
     if integral:
@@ -247,7 +260,9 @@ def spec_from_mapping(tree: Any, *, file: str) -> SweepSpec:
     top = Section(tree, "", file)
     root = top.sub("sweep")
     top.done()
-    name = root.str("name", Path(file).stem)
+    name = root.name("name", Path(file).stem)
+    if "/" in name or "\\" in name or name in (".", ".."):  # the default --out is out/sweeps/<name>
+        raise root.error("name", f"a sweep's name names its directory: no path separators, got {name!r}")
     cmd = command(root.str("command"), file=file, where=root.where("command"))
     inputs_s = root.sub("inputs", {})
     inputs = {k: inputs_s.raw(k) for k in list(inputs_s.data) if k != "set"}
@@ -288,7 +303,9 @@ def spec_from_mapping(tree: Any, *, file: str) -> SweepSpec:
                      timeout, batch, cap)
     for missing in (k for k in cmd.required if k not in inputs and k not in spec.axis_keys):
         raise root.error("inputs", f"the {cmd.name} command needs the input {missing!r} (in inputs or as an axis)")
+    check_fits_memory(spec.grid_size, POINT_BYTES, "grid points", where=root.where("axes"), file=file)
     _check_axis_keys(spec, root)
+    _check_values(spec, root)
     _check_selected_systems(spec, root)
     return spec
 
@@ -410,3 +427,48 @@ def _check_axis_keys(spec: SweepSpec, root: Section) -> None:
                 where = root.where("zip") if len(axis.keys) > 1 else f"{root.where('axes')}.{key}"
                 raise ConfigError(f"no such key {key!r} in the {spec.command.name} inputs ({last.render()})",
                                   file=spec.file, where=where)
+
+
+def _point_error(spec: SweepSpec, point: dict[str, Any]) -> ConfigError | None:
+    inputs, overrides = spec.point_inputs(point)
+    try:
+        spec.command.check(inputs, overrides)
+    except ConfigError as exc:
+        return exc
+    return None
+
+
+def _fails_everywhere(spec: SweepSpec, first: dict[str, Any], change: dict[str, Any]) -> ConfigError | None:
+    """The error of the point `first` + `change` if every other axis moved alone leaves it standing (the same
+    key at fault): then it is not a combination infeasible here but a bad input, whatever the others are."""
+    error = _point_error(spec, {**first, **change})
+    if error is None:
+        return None
+    for axis in spec.axes:
+        if any(k in change for k in axis.keys):
+            continue
+        for values in axis.values[1:]:
+            other = _point_error(spec, {**first, **change, **dict(zip(axis.keys, values, strict=True))})
+            if other is None or (other.where, other.file) != (error.where, error.file) or (
+                    error.where is None and other.detail != error.detail):
+                return None
+    return error
+
+
+def _check_values(spec: SweepSpec, root: Section) -> None:
+    """Refuse, before any point runs, base inputs that no point can take and an axis value that fails whatever
+    the other axes are (each with every other axis at its first value, then each other axis moved alone); a
+    value infeasible only in some combinations stays a point's recorded failure."""
+    first = {k: v for axis in spec.axes for k, v in zip(axis.keys, axis.values[0], strict=True)}
+    error = _fails_everywhere(spec, first, {})
+    if error is not None:
+        raise ConfigError(f"no point of the sweep can run: {error.render()}", file=spec.file,
+                          where=root.where("inputs"))
+    for axis in spec.axes:
+        where = root.where("zip") if len(axis.keys) > 1 else f"{root.where('axes')}.{axis.keys[0]}"
+        for values in axis.values[1:]:
+            error = _fails_everywhere(spec, first, dict(zip(axis.keys, values, strict=True)))
+            if error is not None:
+                shown = values[0] if len(values) == 1 else list(values)
+                raise ConfigError(f"the value {shown!r} fails at every point: {error.render()}", file=spec.file,
+                                  where=where)

@@ -97,10 +97,13 @@ class Store:
                                       f"{canonical(stored.get(part))}); use another --out", file=spec_file,
                                       where=f"sweep.{'command' if part == 'command' else 'inputs'}")
             return Store(out_dir / STORE_NAME)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        tmp = ident_path.with_suffix(".json.tmp")
-        tmp.write_text(canonical(identity) + "\n")
-        os.replace(tmp, ident_path)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            tmp = ident_path.with_suffix(".json.tmp")
+            tmp.write_text(canonical(identity) + "\n")
+            os.replace(tmp, ident_path)
+        except OSError as exc:
+            raise ConfigError(f"cannot write: {exc.strerror}", file=str(out_dir), where="--out") from None
         return Store(out_dir / STORE_NAME)
 
     def keys(self) -> set[str]:

@@ -50,9 +50,10 @@ from archsim.errors import ConfigError
 from archsim.gpu.preset import GpuPreset, load_gpu_preset
 from archsim.interconnect import PRESETS_DIR as INTERCONNECT_DIR
 from archsim.interconnect import Topology
+from archsim.isa.program import MAX_SRAM_BYTES
 from archsim.resources import data_path
 from archsim.section import Section
-from archsim.system.address_map import PoolAddressMap, build_address_map
+from archsim.system.address_map import CXL_WAYS, PoolAddressMap, build_address_map
 from archsim.system.pooldram import min_window_requests
 from archsim.system.qos import QosSpec, parse_qos, qos_memory
 from archsim.system.serving_config import (
@@ -243,8 +244,8 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     top = Section(tree, "", file)
     root = top.sub("system")
     top.done()
-    name = root.str("name")
-    tier = root.str("tier", name)
+    name = root.name("name")
+    tier = root.name("tier", name)
     description = root.str("description", "")
     gpus = _parse_gpus(root.sub("gpus"))
     servers = root.int("servers", 1, minimum=1)
@@ -258,7 +259,7 @@ def system_config_from_mapping(tree: Any, *, file: str | None = None) -> SystemC
     kv_placement = kv.str("placement") if kv.has("placement") else None
     replan_tokens = kv.int("replan_tokens", 8192, minimum=1)
     if kv.has("tiers"):
-        if kv.has("location"):
+        if kv.raw("location", None) is not None:  # `--set system.kv.location=null` drops a file's shorthand
             raise kv.error("location", "give either kv.tiers or its one-tier shorthand kv.location, not both")
         tiers = parse_tiers(kv.raw("tiers"), kv.where("tiers"), file, attention)
         location, endpoint, capacity, device = location_of(tiers)
@@ -480,6 +481,10 @@ def _parse_pool(s: Section, file: str | None, servers: int = 1) -> PoolSpec:
 def _parse_address_map(s: Section, devices: int, memory: MemoryConfig, system_servers: int) -> PoolAddressMap:
     """`pool.address_map: {ways, granularity, servers, window_base, window_stride}` (archsim.system.address_map);
     every key optional: all devices one interleave set, 4 KiB chunks, a window for each of the system's servers."""
+    if not s.has("ways") and devices not in CXL_WAYS:  # the default: every device in one interleave set
+        raise ConfigError(f"{devices:,} devices make one {devices:,}-way interleave set, and CXL interleaves 1, 2, 3, "
+                          "4, 6, 8, 12 or 16 ways: give pool.address_map.ways", file=s.file,
+                          where=s.path.removesuffix(".address_map") + ".devices")
     ways = s.int("ways", devices, minimum=1)
     granularity = s.parsed("granularity", parse_size_bytes, 4096)
     servers = s.int("servers", system_servers, minimum=1)
@@ -518,8 +523,9 @@ def _parse_pnm(s: Section, file: str | None) -> PnmSpec:
     s.done()
     if clock is not None and clock <= 0:
         raise s.error("clock", "must be positive")
-    if sram <= 0:
-        raise s.error("sram", "must be positive")
+    if not 0 < sram <= MAX_SRAM_BYTES:
+        raise s.error("sram", f"must lie in (0, {MAX_SRAM_BYTES:,}] bytes (a PNM program addresses its SRAM with "
+                              f"32 bits), got {sram:,}")
     return PnmSpec(model, str(path), clock, macs, exps, sram, tile, outstanding, scheduling)
 
 
@@ -540,4 +546,9 @@ def _parse_energy(root: Section, file: str | None) -> EnergyTable:
     p = Path(value)
     if p.suffix and not p.is_absolute() and file is not None:
         p = Path(file).resolve().parent / p
-    return EnergyTable.load(p if p.suffix else value)
+    try:
+        return EnergyTable.load(p if p.suffix else value)
+    except ConfigError as exc:
+        if exc.file and Path(exc.file).exists():  # the energy file itself is bad: its own key names it
+            raise
+        raise ConfigError(f"energy table {exc.render()}", file=file, where=root.where("energy")) from None

@@ -87,7 +87,7 @@ def parse_tiers(items: object, where: str, file: str | None, attention: str) -> 
     for i, item in enumerate(items):
         s = Section(item, f"{where}[{i}]", file)
         kind = s.choice("kind", TIER_KINDS)
-        name = s.str("name", kind)
+        name = s.name("name", kind)
         capacity = s.parsed("capacity", parse_size_bytes) if kind in STORE_KINDS else None
         endpoint = s.str("endpoint") if kind != "hbm" else None
         compute = s.choice("compute", ("pnm", "none"), "none")

@@ -26,8 +26,9 @@ import numpy as np
 from archsim.config.overrides import apply_overrides
 from archsim.config.yaml_files import read_yaml, resolve_preset
 from archsim.errors import ConfigError, TraceError
+from archsim.limits import MAX_TOKENS
 from archsim.models import ModelShape, dtype_bytes, load_preset
-from archsim.models.shape import ModelShape as _Shape
+from archsim.models.shape import shape_from_dict
 from archsim.resources import data_path
 from archsim.section import Section
 
@@ -68,11 +69,16 @@ class Workload:
 def parse_tokens(value: object, where: str) -> int:
     """A token count: 4096, "4K" (x1024) or "1M" (x1024^2)."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = _TOKENS.match(str(value)) if isinstance(value, str) else None
-    if not m or int(m.group(1)) <= 0:
-        raise ConfigError(f"expected a positive token count like 4096 or 32K, got {value!r}", where=where)
-    return int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+        tokens = value
+    else:
+        m = _TOKENS.match(str(value)) if isinstance(value, str) else None
+        if not m or int(m.group(1)) <= 0:
+            raise ConfigError(f"expected a positive token count like 4096 or 32K, got {value!r}", where=where)
+        tokens = int(m.group(1)) * {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2).lower()]
+    if tokens > MAX_TOKENS:
+        raise ConfigError(f"{tokens:,} tokens is beyond the longest context archsim holds ({MAX_TOKENS:,})",
+                          where=where)
+    return tokens
 
 
 def resolve_workload_path(name_or_path: str | Path) -> Path:
@@ -92,7 +98,7 @@ def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:
     top = Section(tree, "", file)
     s = top.sub("workload")
     top.done()
-    name = s.str("name")
+    name = s.name("name")
     description = s.str("description", "")
     model = s.str("model")
     try:
@@ -102,7 +108,10 @@ def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:
     shape = preset.shape()
     if s.has("layers"):
         layers = s.int("layers", minimum=1)
-        shape = shape.with_layers(layers)
+        try:
+            shape = shape.with_layers(layers)
+        except ConfigError as exc:
+            raise s.error("layers", exc.detail) from None
     dtype = s.str("dtype", preset.dtype)
     try:
         dtype_bytes(dtype)
@@ -114,7 +123,10 @@ def workload_from_mapping(tree: Any, *, file: str | None = None) -> Workload:
     raw = s.raw("contexts")
     if not isinstance(raw, list) or not raw:
         raise s.error("contexts", f"expected a non-empty list of token counts, got {raw!r}")
-    contexts = tuple(parse_tokens(v, f"{s.where('contexts')}[{i}]") for i, v in enumerate(raw))
+    try:
+        contexts = tuple(parse_tokens(v, f"{s.where('contexts')}[{i}]") for i, v in enumerate(raw))
+    except ConfigError as exc:
+        raise exc.located(file) from None
     steps = s.int("decode_steps", 1, minimum=1)
     s.done()
     if shape.kv_cache_heads % tp and shape.attention != "mla":
@@ -136,7 +148,10 @@ def workload_from_trace(path: str | Path) -> Workload:
     model = header.get("model", {})
     if "shape" not in model:
         raise TraceError("the trace header has no model shape", file=str(path), where="header.model.shape")
-    shape = _Shape(**model["shape"])
+    try:
+        shape = shape_from_dict(model["shape"], "header.model.shape")
+    except ConfigError as exc:
+        raise TraceError(exc.detail, file=str(path), where=exc.where) from None
     decode = columns["phase"] == PHASE_DECODE
     if not decode.any():
         raise TraceError("the trace holds no decode step", file=str(path), where="phase")

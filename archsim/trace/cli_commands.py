@@ -6,6 +6,7 @@ into one line and exit code 2. Heavy imports (torch, transformers) happen inside
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,7 +71,7 @@ _DTYPE_ALIASES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
     show_default=True,
     help="Attention kernel the model runs.",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True)
 @click.option(
     "--decoding",
     type=click.Choice(["greedy", "beam", "assisted"]),
@@ -89,14 +90,27 @@ def capture(output: str, **kwargs: Any) -> None:
     from archsim.outputs import OutputPlan
 
     outputs = OutputPlan(inputs=[kwargs["model"]] if Path(kwargs["model"]).exists() else [])
-    outputs.add(output, "--out")
+    outputs.add(output, "--out", kind="npz")
     options = CaptureOptions(**kwargs)
     captured = []  # the capture runs as the output's writer: its records stream into the temp file
     outputs.write(output, lambda tmp: captured.append(capture_trace(options, tmp)))
-    outputs.commit()
+    try:
+        options.validate()
+        outputs.commit()
+    except ConfigError as exc:  # CaptureOptions names its fields: name the options typed
+        raise ConfigError(exc.detail, file=exc.file, where=CAPTURE_OPTIONS.get(exc.where or "", exc.where)) from None
     result = captured[0]
     size = Path(output).stat().st_size
     click.echo(f"wrote {output}: {result.steps} steps, {result.records:,} records, {size / 2**10:.1f} KiB")
+
+
+# CaptureOptions' fields as the options of `capture`
+CAPTURE_OPTIONS = {"model": "--model", "batch": "--batch", "prompt_tokens": "--prompt-tokens",
+                   "decode_steps": "--decode-steps", "turns": "--turns", "turn_tokens": "--turn-tokens",
+                   "shared_prefix_tokens": "--shared-prefix", "layers": "--layers", "dtype": "--dtype",
+                   "device": "--device", "attention_backend": "--attention", "seed": "--seed",
+                   "decoding": "--decoding", "num_beams": "--beams", "assistant": "--assistant",
+                   "draft_tokens": "--draft-tokens"}
 
 
 @click.group()
@@ -192,13 +206,40 @@ def placement_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return function
 
 
+# the mapping's parameters (PoolPlacement's fields, `trace convert`'s own) as the options that set them: an error
+# names the option typed
+MAPPING_OPTIONS = {"devices": "--devices", "channels_per_device": "--channels", "capacity_per_device": "--capacity",
+                   "capacity_per_device_bytes": "--capacity", "access_granularity": "--granularity",
+                   "access_granularity_bytes": "--granularity", "kv_block_tokens": "--block-tokens",
+                   "layout": "--layout", "tensor_parallel": "--tp", "weights_in": "--weights",
+                   "prefix_sharing": "--prefix-sharing", "attention_on": "--attention-on", "device_choice": "--device",
+                   "issue_interval_cycles": "--issue-interval"}
+
+
+@contextlib.contextmanager
+def _placement_options() -> Iterator[None]:
+    """A placement's ConfigError (`placement.<field>`) as one naming the option."""
+    try:
+        yield
+    except ConfigError as exc:
+        field = (exc.where or "").removeprefix("placement.")
+        raise ConfigError(exc.detail, file=exc.file, where=MAPPING_OPTIONS.get(field, exc.where)) from None
+
+
 def build_placement(values: dict[str, Any]) -> Any:
     from archsim.trace.mapping import PoolPlacement
 
     data = dict(values)
     data["capacity_per_device_bytes"] = data.pop("capacity_per_device")
     data["access_granularity_bytes"] = data.pop("access_granularity")
-    return PoolPlacement.from_dict(data, where="placement")
+    with _placement_options():
+        return PoolPlacement.from_dict(data, where="placement")
+
+
+def _given(names: list[str]) -> list[str]:
+    """Which of these parameters the command line set (not left at their defaults)."""
+    ctx = click.get_current_context()
+    return [n for n in names if ctx.get_parameter_source(n) not in (None, click.core.ParameterSource.DEFAULT)]
 
 
 def _convert_physical(path: str, target: str, output: str, outputs: Any, sort: bool) -> None:
@@ -275,7 +316,7 @@ def _mapped_batches(logical: Any, mapper: Any, placement: Any, device_choice: st
 @click.option(
     "--issue-interval",
     "issue_interval_cycles",
-    type=int,
+    type=click.IntRange(min=0),
     default=1,
     show_default=True,
     help="Cycles between consecutive requests' timestamps.",
@@ -302,15 +343,19 @@ def trace_convert(
     from archsim.trace.stream import write_batches
 
     outputs = OutputPlan(inputs=[path])
-    outputs.add(output, "--output")
+    outputs.add(output, "--output", kind="npz" if target == "native" else "file")
     placement = build_placement(placement_values)
     if not is_logical_trace(path):
+        mapping_only = _given(["device_choice", "issue_interval_cycles", *placement_values])
+        if mapping_only:
+            raise ConfigError(f"maps a logical trace onto a pool; {path} is a physical trace, whose addresses stay",
+                              where=MAPPING_OPTIONS[mapping_only[0]])
         _convert_physical(path, target, output, outputs, sort)
         return
     if device_choice != "all" and (not device_choice.isdigit() or int(device_choice) >= placement.devices):
         raise ConfigError(
             f"must be 'all' or a device index below {placement.devices}, got {device_choice!r}",
-            where="device",
+            where="--device",
         )
     header = {
         "from_logical_trace": display_path(path),
@@ -321,7 +366,8 @@ def trace_convert(
     }
     written: list[tuple[int, int]] = []
     with LogicalTrace(path) as logical:  # mapped and written batch by batch as the output is written
-        mapper = mapper_for(logical, placement, issue_interval_cycles=issue_interval_cycles)
+        with _placement_options():
+            mapper = mapper_for(logical, placement, issue_interval_cycles=issue_interval_cycles)
         batches = _mapped_batches(logical, mapper, placement, device_choice, issue_interval_cycles)
         outputs.write(output, lambda tmp: written.append(write_batches(tmp, target, batches, header)))
         outputs.commit()
@@ -404,13 +450,35 @@ def trace_generate(model: str, workload: str, output: str, layers: int | None, d
     """Write an analytic logical trace (same schema as capture) from a model preset."""
     from archsim.models import load_preset
     from archsim.outputs import OutputPlan
-    from archsim.workloads import chat_trace, decode_trace, prefill_trace, reasoning_trace
 
     outputs = OutputPlan()
-    outputs.add(output, "--output")
+    outputs.add(output, "--output", kind="npz")
     shape = load_preset(model).shape()
     if layers is not None:
-        shape = shape.with_layers(layers)
+        try:
+            shape = shape.with_layers(layers)
+        except ConfigError as exc:
+            raise ConfigError(exc.detail, where="--layers") from None
+    try:
+        generated = _generated(shape, workload, dtype, p)
+    except ConfigError as exc:  # the generators name their parameters: name the options typed
+        option = GENERATOR_OPTIONS.get(exc.where or "", exc.where)
+        raise ConfigError(exc.detail, where=option) from None
+    outputs.write(output, generated.write)
+    outputs.commit()
+    click.echo(f"wrote {output}: {len(generated.steps)} steps of {workload} on {shape.name}")
+
+
+# the generators' parameters as the options of `trace generate`
+GENERATOR_OPTIONS = {"batch": "--batch", "context_tokens": "--context", "steps": "--steps",
+                     "prompt_tokens": "--prompt-tokens", "reply_tokens": "--reply-tokens", "turns": "--turns",
+                     "turn_tokens": "--turn-tokens", "shared_prefix_tokens": "--shared-prefix", "depth": "--depth",
+                     "fanout": "--fanout", "segment_tokens": "--segment-tokens"}
+
+
+def _generated(shape: Any, workload: str, dtype: str, p: dict[str, Any]) -> Any:
+    from archsim.workloads import chat_trace, decode_trace, prefill_trace, reasoning_trace
+
     if workload == "prefill":
         generated = prefill_trace(shape, batch=p["batch"], prompt_tokens=p["prompt_tokens"], dtype=dtype)
     elif workload == "decode":
@@ -439,9 +507,7 @@ def trace_generate(model: str, workload: str, output: str, layers: int | None, d
             segment_tokens=p["segment_tokens"],
             dtype=dtype,
         )
-    outputs.write(output, generated.write)
-    outputs.commit()
-    click.echo(f"wrote {output}: {len(generated.steps)} steps of {workload} on {shape.name}")
+    return generated
 
 
 @trace.command("from-scenario")
@@ -449,7 +515,7 @@ def trace_generate(model: str, workload: str, output: str, layers: int | None, d
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Mooncake JSONL to write.")
 @click.option("--requests", "n_requests", type=click.IntRange(min=1), help="Requests to draw.")
 @click.option("--duration", help="Or every session arriving within this time (e.g. 60s).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--hash-block-tokens", type=click.IntRange(min=1), default=512, show_default=True,
               help="Tokens per hash_ids block.")
 @click.option("--set", "overrides", multiple=True, metavar="scenario.DOTTED.KEY=VALUE",
@@ -459,19 +525,20 @@ def trace_from_scenario(scenario: str, output: str, n_requests: int | None, dura
     """Write the requests a scenario draws as a Mooncake-style JSONL trace (archsim/serving/mooncake.py)."""
     from archsim.outputs import OutputPlan
     from archsim.serving.mooncake import mooncake_jsonl
-    from archsim.serving.scenario import load_scenario
+    from archsim.serving.scenario import load_scenario, resolve_scenario_path
     from archsim.units import parse_time_option_ns
 
-    outputs = OutputPlan()
-    outputs.add(output, "--output")
+    outputs = OutputPlan(inputs=[resolve_scenario_path(scenario)])
+    outputs.add(output, "--output", kind="jsonl")
     bad = [o for o in overrides if not o.strip().startswith("scenario.")]
     if bad:
         raise ConfigError(f"{bad[0]!r}: only scenario.* values can be set here", where="--set")
     if (n_requests is None) == (duration is None):
         raise ConfigError("give exactly one of --requests or --duration", where="--requests")
     duration_ns = None if duration is None else parse_time_option_ns(duration, "--duration")
-    table = load_scenario(scenario, overrides).requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed,
-                                                        block_tokens=hash_block_tokens)
+    loaded = load_scenario(scenario, overrides)
+    outputs.add_inputs(loaded.input_files())  # its trace and length tables too
+    table = loaded.requests(n_requests=n_requests, duration_ns=duration_ns, seed=seed, block_tokens=hash_block_tokens)
     data = mooncake_jsonl(table)
     outputs.write(output, lambda tmp: tmp.write_bytes(data))
     outputs.commit()

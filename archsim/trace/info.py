@@ -1,4 +1,5 @@
-"""Summaries of trace files for `archsim trace info` (computed from the data, which is verified)."""
+"""Summaries of trace files for `archsim trace info` (computed from the data, which is verified): logical traces,
+physical traces in every format `replay` reads, and Mooncake request traces (JSONL)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from archsim.errors import TraceError
 from archsim.inputs import check_input
 from archsim.trace.logical import KINDS, OP_READ, OP_WRITE, PHASES, LogicalTrace, is_logical_trace
+from archsim.trace.text_formats import is_request_trace
 
 
 def summarize_logical(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -88,6 +90,10 @@ def summarize(path: str | os.PathLike[str]) -> dict[str, Any]:
     check_input(path, TraceError)
     if is_logical_trace(path):
         return summarize_logical(path)
+    if is_request_trace(path):
+        from archsim.serving.mooncake import summarize_mooncake
+
+        return summarize_mooncake(path)
     return summarize_physical(path, detect_format(path))
 
 
@@ -100,6 +106,11 @@ def _size(value: int) -> str:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """Human-readable text of `summarize`'s result."""
+    if summary["format"] == "mooncake":
+        return (f"{summary['path']}: request trace (Mooncake JSONL), {summary['records']:,} requests over "
+                f"{summary['first_timestamp_ms']:g}-{summary['last_timestamp_ms']:g} ms; {summary['input_tokens']:,} "
+                f"prompt and {summary['output_tokens']:,} output tokens; {summary['distinct_hash_ids']:,} distinct "
+                f"of {summary['hash_ids']:,} prefix blocks")
     if summary["format"] == "physical":
         lines = [
             f"{summary['path']}: physical trace ({summary['file_format']}), {summary['records']:,} requests "

@@ -28,7 +28,7 @@ import numpy as np
 
 import archsim
 from archsim.errors import TraceError
-from archsim.inputs import check_input
+from archsim.inputs import JSONInputError, check_input, parse_json
 
 SCHEMA = "archsim.logical_trace"
 VERSION = 1
@@ -299,6 +299,47 @@ def write_logical_trace(
     return Path(path)
 
 
+def _all(items: object, kind: type) -> bool:
+    return isinstance(items, list) and all(isinstance(item, kind) for item in items)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_manifest(manifest: dict[str, Any], file: str) -> None:
+    """The types of every manifest key a reader uses, so that a damaged manifest is one error naming its key."""
+    def fail(where: str, expected: str) -> TraceError:
+        return TraceError(f"expected {expected}", file=file, where=where)
+
+    chunks = manifest["chunks"]
+    if not _all(chunks, dict):
+        raise fail("chunks", "a list of {index, records, sha256} objects")
+    for i, chunk in enumerate(chunks):
+        if not (_count(chunk.get("index")) and _count(chunk.get("records")) and isinstance(chunk.get("sha256"), str)):
+            raise fail(f"chunks[{i}]", "{index, records, sha256}: two non-negative integers and a digest")
+    operators = manifest["operators"]
+    if not _all(operators, dict) or not all(isinstance(o.get("name"), str) for o in operators):
+        raise fail("operators", "a list of {name, weight_bytes} objects")
+    for i, operator in enumerate(operators):
+        if operator.get("weight_bytes") is not None and not _count(operator["weight_bytes"]):
+            raise fail(f"operators[{i}].weight_bytes", "a non-negative integer or null")
+    totals = manifest["totals"]
+    if not isinstance(totals, dict) or not (_count(totals.get("records")) and _count(totals.get("steps"))):
+        raise fail("totals", "{records, steps, bytes}: non-negative integers")
+    for key in ("model", "shapes", "created_by"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            raise fail(key, "an object")
+    model = manifest.get("model", {})
+    if "name" in model and not isinstance(model["name"], str):
+        raise fail("model.name", "a string")
+    if "shape" in model and not isinstance(model["shape"], dict):
+        raise fail("model.shape", "an object")
+    for key in ("dtype", "source"):
+        if key in manifest and not isinstance(manifest[key], str):
+            raise fail(key, "a string")
+
+
 class LogicalTrace:
     """A logical trace opened for reading; chunks are read (and verified) lazily."""
 
@@ -328,9 +369,12 @@ class LogicalTrace:
         except (zipfile.BadZipFile, OSError) as exc:
             raise TraceError(f"manifest unreadable: {exc}", file=where, where=MANIFEST_MEMBER) from None
         try:
-            manifest = json.loads(raw)
-        except ValueError as exc:
+            manifest = parse_json(raw.decode())
+        except (JSONInputError, UnicodeDecodeError) as exc:
             raise TraceError(f"manifest is not JSON: {exc}", file=where, where=MANIFEST_MEMBER) from None
+        if not isinstance(manifest, dict):
+            raise TraceError(f"expected a JSON object, got {type(manifest).__name__}", file=where,
+                             where=MANIFEST_MEMBER)
         schema = manifest.get("schema")
         if schema != SCHEMA:
             raise TraceError(f"schema is {schema!r}, expected {SCHEMA!r}", file=where, where="schema")
@@ -342,7 +386,8 @@ class LogicalTrace:
                 f"format version {version} is newer than this archsim reads (<= {VERSION}); upgrade archsim",
                 file=where, where="version",
             )
-        declared = [column.get("name") for column in manifest.get("columns", [])]
+        columns = manifest.get("columns", [])
+        declared = [c.get("name") for c in columns] if _all(columns, dict) else None
         if declared != list(COLUMN_NAMES):
             raise TraceError(
                 f"columns {declared} do not match version {version}", file=where, where="columns"
@@ -350,6 +395,7 @@ class LogicalTrace:
         for key in ("chunks", "operators", "totals"):
             if key not in manifest:
                 raise TraceError(f"manifest lacks {key!r}", file=where, where=key)
+        _check_manifest(manifest, where)
         return manifest
 
     # -- metadata -----------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ class PoolPlacement:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 fail(name, "must be a positive integer")
+        if self.devices * self.capacity_per_device_bytes > 2**64:
+            fail("capacity_per_device_bytes", f"x {self.devices} devices is beyond the 64-bit pool address space")
         if self.access_granularity_bytes & (self.access_granularity_bytes - 1):
             fail("access_granularity_bytes", "must be a power of two")
         if self.capacity_per_device_bytes % (self.channels_per_device * self.access_granularity_bytes):

@@ -19,6 +19,7 @@ import numpy as np
 
 from archsim.config.memory import is_port_name
 from archsim.errors import TraceError
+from archsim.trace.native import MAX_SOURCES
 from archsim.trace.stream import Batch, RequestSource
 
 
@@ -36,6 +37,9 @@ def merged_sources(inputs: Sequence[RequestSource], names: Sequence[str], files:
 
 def host_names(count: int, names: str | None) -> tuple[str, ...]:
     """`--names host0,host1,...` checked (port names, distinct, as many as inputs); by default host0..host<n-1>."""
+    if count > MAX_SOURCES - 1:  # every input is a host; the PNM port is the last one a trace holds
+        raise TraceError(f"{count} traces are {count} hosts; a trace holds at most {MAX_SOURCES - 1} hosts and the "
+                         "PNM", where="PATHS")
     if names is None:
         return tuple(f"host{k}" for k in range(count))
     parts = tuple(p.strip() for p in names.split(","))

@@ -25,7 +25,7 @@ import numpy as np
 
 from archsim.config.memory import SOURCES, is_port_name
 from archsim.errors import TraceError
-from archsim.inputs import check_input
+from archsim.inputs import check_input, parse_json
 from archsim.outputs import atomic_write
 
 SCHEMA = "archsim.physical_trace"
@@ -131,6 +131,10 @@ def save_physical_trace(path: str | Path, timestamp_cycles: np.ndarray, address:
 def check_meta(meta: dict[str, Any], file: str) -> tuple[str, ...]:
     """The header's schema and version are ones this archsim reads; returns the ports' names (a version-1 file:
     host and pnm)."""
+    if not isinstance(meta, dict):
+        raise TraceError("the header is not a JSON object", file=file, where="header")
+    if not isinstance(meta.get("metadata", {}), dict):
+        raise TraceError("expected an object", file=file, where="header.metadata")
     if meta.get("schema") != SCHEMA:
         raise TraceError(f"schema {meta.get('schema')!r} is not {SCHEMA!r}", file=file)
     if not isinstance(meta.get("version"), int) or meta["version"] > VERSION:
@@ -178,7 +182,7 @@ def load_physical_trace(path: str | Path) -> PhysicalTrace:
                     raise TraceError("this is a logical (tensor-level) trace; map it to requests first with "
                                      "`archsim trace convert TRACE --to native -o OUT.npz`", file=file)
                 raise TraceError("not an archsim physical trace (no header)", file=file)
-            meta = json.loads(bytes(data["header"]).decode())
+            meta = parse_json(bytes(data["header"]).decode())
             columns = {}
             for name, dtype in COLUMNS:
                 if name not in names:
@@ -191,8 +195,7 @@ def load_physical_trace(path: str | Path) -> PhysicalTrace:
         raise
     except FileNotFoundError:
         raise TraceError("no such file", file=file) from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, json.JSONDecodeError,
-            UnicodeDecodeError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, UnicodeDecodeError) as exc:
         raise TraceError(f"truncated or corrupted native trace ({type(exc).__name__}: {exc})", file=file) from None
     sources = check_meta(meta, file)
     lengths = {len(c) for c in columns.values()}

@@ -129,6 +129,15 @@ def _utf8_head(data: bytes) -> bool:
     return True
 
 
+def is_request_trace(path: str | Path) -> bool:
+    """Whether the file's first non-blank byte opens a JSON object: a Mooncake request trace (JSONL)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(_DETECT_BYTES).lstrip().startswith(b"{")
+    except OSError:
+        return False
+
+
 def detect_format(path: str | Path) -> str:
     path = check_input(path, TraceError)
     try:
@@ -142,6 +151,9 @@ def detect_format(path: str | Path) -> str:
     if b"\0" in text or not _utf8_head(text):
         raise TraceError("binary data, not a trace archsim reads (an archsim .npz, DRAMSim3 or Ramulator 2 text)",
                          file=str(path))
+    if text.lstrip().startswith(b"{"):
+        raise TraceError("a request trace (Mooncake JSONL), not a memory trace: `archsim serve` reads it through a "
+                         "scenario's `requests: {trace: PATH, format: mooncake}`", file=str(path))
     for raw in head[:_DETECT_BYTES].decode(errors="replace").splitlines():
         parts = raw.split()
         if not parts or parts[0].startswith("#"):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from archsim.errors import ConfigError
+from archsim.limits import check_fits_memory
 from archsim.models import ModelShape, dtype_bytes
 from archsim.trace.logical import (
     DEFAULT_CHUNK_RECORDS,
@@ -247,6 +248,18 @@ class GeneratedTrace:
 _COUNT_MAX = 2**31 - 1
 
 
+# a reasoning tree's thought tokens: the trace holds a step per token of every node
+_TREE_TOKENS_MAX = 10_000_000
+# what one step's description holds in memory while a trace is generated: a decode StepSpec with its slot range
+# takes 280 B (tracemalloc over 100,000 of them)
+_STEP_BYTES = 280
+
+
+def _check_steps(steps: int, where: str) -> None:
+    """Refuse a step count whose step descriptions alone would not fit this machine's memory."""
+    check_fits_memory(steps, _STEP_BYTES, "steps", where=where)
+
+
 def _positive(**values: int) -> None:
     for name, value in values.items():
         if value < 1:
@@ -270,8 +283,13 @@ def decode_trace(
 ) -> GeneratedTrace:
     """`steps` decode steps on `context_tokens` already in the cache (no prefill step)."""
     _positive(batch=batch, steps=steps)
-    if context_tokens < 0:
-        raise ConfigError(f"must be >= 0, got {context_tokens}", where="context_tokens")
+    if not 0 <= context_tokens <= _COUNT_MAX - 1:
+        raise ConfigError(f"must lie in [0, {_COUNT_MAX - 1:,}]: token positions land in the trace's int32 columns, "
+                          f"got {context_tokens:,}", where="context_tokens")
+    if context_tokens + steps > _COUNT_MAX:
+        raise ConfigError(f"{context_tokens:,} cached tokens + {steps:,} steps pass {_COUNT_MAX:,}, the last token "
+                          "position the trace's int32 columns hold", where="steps")
+    _check_steps(steps, "steps")
     specs = [
         StepSpec(PHASE_DECODE, 1, context_tokens + i, ((0, context_tokens + i + 1),)) for i in range(steps)
     ]
@@ -299,6 +317,11 @@ def chat_trace(
     _positive(batch=batch, prompt_tokens=prompt_tokens, turns=turns)
     if turns > 1:
         _positive(turn_tokens=turn_tokens)
+    if prompt_tokens + (turns - 1) * turn_tokens + turns * reply_tokens > _COUNT_MAX:
+        raise ConfigError(f"the conversation's {prompt_tokens + (turns - 1) * turn_tokens + turns * reply_tokens:,} "
+                          f"tokens exceed {_COUNT_MAX:,}, the largest position the trace's int32 token columns hold",
+                          where="turns")
+    _check_steps(turns * (1 + reply_tokens), "turns")
     if not 0 <= shared_prefix_tokens <= prompt_tokens:
         raise ConfigError(
             f"must lie in [0, {prompt_tokens}], got {shared_prefix_tokens}", where="shared_prefix_tokens"
@@ -353,9 +376,13 @@ def reasoning_trace(
     _positive(
         batch=batch, prompt_tokens=prompt_tokens, depth=depth, fanout=fanout, segment_tokens=segment_tokens
     )
-    nodes = sum(fanout**level for level in range(1, depth + 1))
-    if nodes * segment_tokens > 10_000_000:
-        raise ConfigError(f"tree of {nodes} nodes x {segment_tokens} tokens is too large", where="depth")
+    nodes, level_nodes = 0, 1
+    for _level in range(depth):  # stops as soon as the tree is too large (fanout ** depth may be astronomical)
+        level_nodes *= fanout
+        nodes += level_nodes
+        if nodes * segment_tokens > _TREE_TOKENS_MAX:
+            raise ConfigError(f"a tree of fanout {fanout} and depth {depth} holds more than {_TREE_TOKENS_MAX:,} "
+                              f"tokens of {segment_tokens}-token segments", where="depth")
     specs = [StepSpec(PHASE_PREFILL, prompt_tokens, 0, ((0, prompt_tokens),))]
     next_slot = prompt_tokens
     # DFS with an explicit stack of (level, ancestor segment ranges)

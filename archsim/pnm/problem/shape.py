@@ -109,8 +109,23 @@ def _tree(values: dict[str, int | str], kernel: Path) -> dict[str, object]:
     return {"query_tokens": queries, "tree_parents": parents}
 
 
-def parse_shape(text: str, kernel: Path) -> Shape:
-    """The decode-attention problem `text` describes for `kernel` (see the module docstring)."""
+def _check_kv_bytes(batch: int, kv_heads: int, context: int, qk_dim: int, v_dim: int, kv_dtype: str,
+                    capacity_bytes: int | None) -> None:
+    """The KV cache a shape describes must fit the memory it runs on (checked before anything per sequence is
+    built, so that a batch of 2^31 sequences is one error, not an exhausted machine). An MLA kernel's V is a
+    view of its latent K (v_dim 0 here)."""
+    if capacity_bytes is None:
+        return
+    element = 1 if kv_dtype in ("fp8e4m3", "int8") else 2
+    kv_bytes = batch * kv_heads * context * (qk_dim + v_dim) * element
+    if kv_bytes > capacity_bytes:
+        raise _fail(f"its KV cache takes {kv_bytes:,} bytes (batch x kv_heads x context x (K + V) x {element} B); "
+                    f"the memory holds {capacity_bytes:,}")
+
+
+def parse_shape(text: str, kernel: Path, capacity_bytes: int | None = None) -> Shape:
+    """The decode-attention problem `text` describes for `kernel` (see the module docstring); with
+    `capacity_bytes`, one whose KV cache exceeds the memory is refused."""
     values = _parse_pairs(text)
     kind = kernel_kind(kernel)
     if "context" not in values:
@@ -150,6 +165,8 @@ def parse_shape(text: str, kernel: Path) -> Shape:
     tile = int(values.get("tile", 32 if kind == "mla" else 64))
     if block and "tile" in values and tile != block:
         raise _fail("a paged kernel's tile is its page: drop tile or make it equal to block", "tile")
+    _check_kv_bytes(batch, kv_heads, context, qk_dim, 0 if kind == "mla" else v_dim,
+                    str(values.get("kv_dtype", "fp16")), capacity_bytes)
     try:
         spec = DecodeAttentionSpec(
             batch=batch, kv_heads=kv_heads, group=group, qk_dim=qk_dim, v_dim=v_dim,

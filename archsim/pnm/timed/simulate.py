@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from archsim.config.memory import MemoryConfig
-from archsim.errors import ConfigError, TraceError
+from archsim.errors import ConfigError, ProgramError, TraceError
 from archsim.isa.table import load_table
 from archsim.pnm.problem.shape import Shape, parse_shape
 from archsim.pnm.timed.address_space import UnitRequests, unit_requests
@@ -52,11 +52,16 @@ def run_pnm(kernel: str | Path, shape: str | Shape, memory: MemoryConfig, pnm: P
                               f"({layout.channels_per_unit} channel(s) each)", where="--units")
         layout = replace(layout, units=units)
     if isinstance(shape, str):
-        shape = parse_shape(shape, kernel)
+        shape = parse_shape(shape, kernel, memory.organization.capacity_bytes)
     start = time.perf_counter()
-    workload = build_workload(shape, kernel, units=layout.units, address_space=layout.address_space,
-                              unit_capacity_bytes=layout.unit_capacity_bytes,
-                              sram_capacity_bytes=pnm.sram.capacity_bytes, defines=defines)
+    try:
+        workload = build_workload(shape, kernel, units=layout.units, address_space=layout.address_space,
+                                  unit_capacity_bytes=layout.unit_capacity_bytes,
+                                  sram_capacity_bytes=pnm.sram.capacity_bytes, defines=defines)
+    except ProgramError as exc:  # the kernel's line, and the shape, defines and scratchpad it was assembled for
+        given = f"--shape {shape.text}" + "".join(f" -D {k}={v}" for k, v in (defines or {}).items())
+        raise ProgramError(f"{exc.detail} (assembled for {given} and a {pnm.sram.capacity_bytes:,}-byte scratchpad, "
+                           "pnm.sram.capacity)", file=exc.file, where=exc.where) from None
     requests = unit_requests(workload.units, layout, memory.mapping, memory.organization.access_bytes)
     functional_s = time.perf_counter() - start
     capacity = memory.organization.capacity_bytes

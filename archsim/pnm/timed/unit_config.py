@@ -29,6 +29,7 @@ from archsim.config.memory import MemoryConfig
 from archsim.config.overrides import apply_overrides
 from archsim.config.yaml_files import read_yaml
 from archsim.errors import ConfigError
+from archsim.isa.program import MAX_SRAM_BYTES
 from archsim.resources import data_path
 from archsim.section import Section
 from archsim.units import parse_bandwidth_GBps, parse_frequency_ghz, parse_size_bytes, parse_time_ns
@@ -166,8 +167,9 @@ def build_pnm_config(tree: Any, file: str | None) -> PnmConfig:
         write_ports=_positive(s, "write_ports", 1),
         access_latency_cycles=_positive(s, "access_latency_cycles"),
     )
-    if sram.capacity_bytes <= 0:
-        raise s.error("capacity", "must be positive")
+    if not 0 < sram.capacity_bytes <= MAX_SRAM_BYTES:
+        raise s.error("capacity", f"must lie in (0, {MAX_SRAM_BYTES:,}] bytes (a program addresses its SRAM with "
+                                  f"the 32-bit size of its header), got {sram.capacity_bytes:,}")
     if sram.bank_width_bytes <= 0:
         raise s.error("bank_width", "must be positive")
     s.done()

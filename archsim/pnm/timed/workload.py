@@ -28,6 +28,7 @@ from archsim.errors import ConfigError
 from archsim.isa.assembler import assemble_file
 from archsim.isa.program import Program, SramRegion
 from archsim.isa.table import IsaTable
+from archsim.limits import check_fits_memory
 from archsim.pnm.machine.functional import Executor, UnitConfig
 from archsim.pnm.machine.lockstep import run_lockstep
 from archsim.pnm.machine.trace import ProgramTrace, TraceRecorder
@@ -155,6 +156,9 @@ def build_workload(shape: Shape, kernel: Path, *, units: int, address_space: str
     spec = shape.spec
     groups, splits = split_factors(spec.kv_heads, units)
     assignments = partition_kv_heads(spec.kv_heads, units, splits)
+    # every unit's functional scratchpad is alive at once: its bytes and a written-map byte per SRAM byte
+    check_fits_memory(len(assignments), 2 * sram_capacity_bytes, "PNM units' functional scratchpads",
+                      where="pnm.sram.capacity")
     config = UnitConfig(sram_size_bytes=sram_capacity_bytes, dram_capacity_bytes=unit_capacity_bytes)
     extra = dict(defines or {})
     placements: list[Placement] = []
