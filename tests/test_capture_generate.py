@@ -71,12 +71,12 @@ def test_assisted_decoding_records_verification_chunks_and_the_rejected_tokens_c
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--decoding", "beam", "--beams", "1"], "num_beams: must be >= 2"),
-    (["--decoding", "assisted"], "assistant: assisted decoding needs a draft model"),
-    (["--decoding", "assisted", "--assistant", "tiny-llama", "--draft-tokens", "0"], "draft_tokens: must be >= 1"),
-    (["--decoding", "beam", "--turns", "2"], "turns: must be 1 with decoding beam"),
-    (["--decoding", "beam", "--device", "meta"], "device: must be cpu with decoding beam"),
-    (["--decoding", "beam", "--decode-steps", "0"], "decode_steps: must be >= 1"),
+    (["--decoding", "beam", "--beams", "1"], "--beams: must be >= 2"),
+    (["--decoding", "assisted"], "--assistant: assisted decoding needs a draft model"),
+    (["--decoding", "assisted", "--assistant", "tiny-llama", "--draft-tokens", "0"], "--draft-tokens: must be >= 1"),
+    (["--decoding", "beam", "--turns", "2"], "--turns: must be 1 with decoding beam"),
+    (["--decoding", "beam", "--device", "meta"], "--device: must be cpu with decoding beam"),
+    (["--decoding", "beam", "--decode-steps", "0"], "--decode-steps: must be >= 1"),
 ])
 def test_bad_decoding_options_are_one_line_and_leave_no_file(tmp_path, args, words):
     out = tmp_path / "bad.npz"
