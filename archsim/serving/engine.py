@@ -413,6 +413,7 @@ class _Engine:
         self.nheld = np.zeros(n, dtype=np.int64)        # blocks pinned in its tier (ckeys[:nheld])
         self.res = np.zeros(n, dtype=np.int64)          # view tier of its KV (0: the home; 1: streamed below)
         self.streams = np.zeros(n, dtype=bool)
+        self.any_streams = False                        # whether any sequence has streamed (else skip the test)
         self.swapped = np.zeros(n, dtype=bool)
         self.handed = np.zeros(n, dtype=bool)           # prefilled, waiting for a decode instance to take it
         self.took_over = False
@@ -583,6 +584,7 @@ class _Engine:
                 self.streams[r] = self.stream_all
             else:
                 self.res[r], self.streams[r] = 1, True
+            self.any_streams = self.any_streams or bool(self.streams[r])
         self.span_start = min(self.span_start, t)
         self._count_inflight(t, +1)
         self.state[r] = WAITING
@@ -661,20 +663,26 @@ class _Engine:
         news: list[int] = []
         prefill: list[bool] = []
         if run:
-            self._grow_decoders(i, t)
-            arr = np.array(run, dtype=np.int64)
-            decoding = arr[self.ctx[arr] >= self.target[arr]]
-            verify = self._verify_tokens(decoding)
-            fits = max(1, int(np.searchsorted(np.cumsum(verify), budget, side="right"))) if len(verify) else 0
-            decoding, verify = decoding[:fits], verify[:fits]  # the budget counts every verified position
-            ids.extend(decoding.tolist())
-            news.extend(verify.tolist())
-            prefill.extend([False] * len(decoding))
-            budget -= int(verify.sum())
-            for r in arr[self.ctx[arr] < self.target[arr]].tolist():
+            decoding, prefilling = self._grow_decoders(i, t)
+            if self.speculation is None:   # one position each: the budget takes the first `budget` of them
+                fits = max(1, min(len(decoding), budget)) if decoding else 0
+                ids.extend(decoding[:fits])
+                news.extend([1] * fits)
+                budget -= fits
+            else:
+                dec = np.array(decoding, dtype=np.int64)
+                verify = self._verify_tokens(dec)
+                fits = max(1, int(np.searchsorted(np.cumsum(verify), budget, side="right"))) if len(verify) else 0
+                dec, verify = dec[:fits], verify[:fits]  # the budget counts every verified position
+                ids.extend(dec.tolist())
+                news.extend(verify.tolist())
+                budget -= int(verify.sum())
+            prefill.extend([False] * fits)
+            ctx, target = self.ctx, self.target
+            for r in prefilling:
                 if budget <= 0:
                     break
-                chunk = int(self.target[r] - self.ctx[r])
+                chunk = int(target[r] - ctx[r])
                 if self.spec.chunked_prefill:
                     chunk = min(chunk, budget)
                 elif chunk > budget:
@@ -697,11 +705,11 @@ class _Engine:
             return None
         self.took_over = False
         ids_arr = np.array(ids, dtype=np.int64)
+        prefill_arr = np.array(prefill, dtype=bool)
         decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any() and \
-            self.speculation is None and \
-            not self._shares_blocks(self._pool_decoders(ids_arr, ~np.array(prefill, dtype=bool)))
+            self.speculation is None and not self._shares_blocks(self._pool_decoders(ids_arr, ~prefill_arr))
         # (the fast path runs one token per sequence and step, each reading its own KV)
-        return ids_arr, np.array(news, dtype=np.int64), np.array(prefill, dtype=bool), decode_only
+        return ids_arr, np.array(news, dtype=np.int64), prefill_arr, decode_only
 
     def _verify_tokens(self, ids: np.ndarray) -> np.ndarray:
         """Positions each decode sequence computes this iteration: 1, or with speculation the k drafted tokens
@@ -958,20 +966,31 @@ class _Engine:
                 stops.append(steps[k])
         return min(stops) if stops else None
 
-    def _grow_decoders(self, i: int, t: float) -> None:
-        """Give every decode sequence whose next token starts a block that block, preempting when full."""
+    def _grow_decoders(self, i: int, t: float) -> tuple[list[int], list[int]]:
+        """Give every decode sequence whose next token starts a block that block, preempting when full. Returns
+        the running sequences then, in order: those decoding, and those still prefilling."""
         run = self.running[i]
+        ctx, target, nheld, bt = self.ctx, self.target, self.nheld, self.bt
         arr = np.array(run, dtype=np.int64)
-        decoding = arr[self.ctx[arr] >= self.target[arr]]
-        short = -(-(self.ctx[decoding] + self._verify_tokens(decoding)) // self.bt) - self.nheld[decoding]
-        grow = decoding[short > 0]
-        seqs = np.repeat(np.arange(len(grow)), short[short > 0]).tolist()
-        if not len(grow) or (len(set(self.res[grow].tolist())) == 1 and self._grow_all(i, grow, None, seqs)):
+        ctx_run, target_run = ctx[arr].tolist(), target[arr].tolist()
+        decoding = [r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c >= g]
+        prefilling = [r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c < g]
+        if self.speculation is None:   # one position each: short of a block when ctx + 1 passes what it holds
+            held = nheld[decoding].tolist()
+            short = [-(-(c + 1) // bt) - h for c, h in
+                     zip([c for c, g in zip(ctx_run, target_run, strict=True) if c >= g], held, strict=True)]
+        else:
+            dec = np.array(decoding, dtype=np.int64)
+            short = (-(-(ctx[dec] + self._verify_tokens(dec)) // bt) - nheld[dec]).tolist()
+        grow = [r for r, k in zip(decoding, short, strict=True) if k > 0]
+        seqs = [s for s, k in enumerate(k for k in short if k > 0) for _ in range(k)]
+        if not grow or (len(set(self.res[grow].tolist())) == 1 and
+                        self._grow_all(i, np.array(grow, dtype=np.int64), None, seqs)):
             if self.coherence is not None:
                 self._sync_coherence(i)
-            return
+            return decoding, prefilling
         view = self.views[i]
-        for g in grow[seqs].tolist():
+        for g in [grow[s] for s in seqs]:
             if self.state[g] != RUNNING:
                 continue
             v = int(self.res[g])
@@ -989,6 +1008,12 @@ class _Engine:
                 self._note_pinned(i, v)
         if self.coherence is not None:
             self._sync_coherence(i)
+        # preemptions and moves left the running list: what runs now
+        run = self.running[i]
+        arr = np.array(run, dtype=np.int64)
+        ctx_run, target_run = ctx[arr].tolist(), target[arr].tolist()
+        return ([r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c >= g],
+                [r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c < g])
 
     def _victim(self, i: int, tier: int | None = None) -> int:
         """The most recently admitted decode sequence (its prompt KV is complete, so caching it stays valid), of
@@ -1237,16 +1262,21 @@ class _Engine:
                   for r, c in zip(ids[on_gpu].tolist(), cached[on_gpu].tolist(), strict=True)]
         self.l2.sample(first, blocks, count)
 
-    def _decode_reads(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray) -> float:
+    def _decode_reads(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
+                      on_pool: list[bool] | None) -> float:
         """The pool's decode-time scale for this batch (below 1 when its multi-token kernel reads prefixes that
-        decode sequences share once), counting the KV tokens the pool's decode attention reads and fetches."""
-        decoding = news == 1
-        self.decode_tokens_read += int(cached[decoding].sum())
-        if self.pool_index < 0:
+        decode sequences share once), counting the KV tokens the pool's decode attention reads and fetches.
+        `on_pool`: which of `ids` keep their KV in the pool (None without one)."""
+        # integer sums over a handful of rows: Python's, exactly numpy's
+        cached_l, decoding_l = cached.tolist(), [m == 1 for m in news.tolist()]
+        self.decode_tokens_read += sum(c for c, d in zip(cached_l, decoding_l, strict=True) if d)
+        if on_pool is None:
             return 1.0
-        read = int(cached[decoding & (self.base + self.res[ids] == self.pool_index)].sum())
+        read = sum(c for c, d, p in zip(cached_l, decoding_l, on_pool, strict=True) if d and p)
         self.pool_decode_tokens += read
-        shared = self._shared_groups(ids, decoding) if not self.auto else None
+        # (a batch with fewer than two pool decoders shares nothing: _shared_groups' first test)
+        shared = self._shared_groups(ids, news == 1) if not self.auto and self.pnm_decoders and \
+            sum(d and p for d, p in zip(decoding_l, on_pool, strict=True)) > 1 else None
         scale = getattr(self.cost, "shared_prefix_factor", None)
         factor = scale(*shared) if shared is not None and scale is not None else 1.0
         saved = 0
@@ -1438,8 +1468,12 @@ class _Engine:
         self.busy[i] = True
         self.iter_start[i] = t
         cached = self.ctx[ids]
+        res = self.res[ids].tolist()
+        any_prefill = bool(prefill.any())
+        # which sequences keep their KV in the pool (pool_bytes exists exactly when a pool does)
+        on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         self._sample_l2(ids, cached, self.iterations)
-        scale = self._decode_reads(ids, cached, news)
+        scale = self._decode_reads(ids, cached, news, on_pool)
         compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale)
         work_ns = 0.0
         if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
@@ -1457,18 +1491,18 @@ class _Engine:
             self._recheck_units()
         else:
             heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
-        if self.pool_bytes is not None:            # the pool's KV read (decode, prefixes, streams) and appended
-            on_pool = self.base + self.res[ids] == self.pool_index
-            if on_pool.any():                      # (over the iteration as it lasts alone)
-                self.pool_bytes.add(t, (t + work_ns) + compute_ns,
-                                    float((cached[on_pool] + news[on_pool]).sum() * self.kvb))
+        if on_pool is not None and any(on_pool):   # the pool's KV read (decode, prefixes, streams) and appended
+            tokens = sum(c + m for c, m, p in zip(cached.tolist(), news.tolist(), on_pool, strict=True) if p)
+            self.pool_bytes.add(t, (t + work_ns) + compute_ns, float(tokens * self.kvb))  # (as it lasts alone)
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
-        if prefill.any():                          # what each request's prefills computed (its energy)
+        if any_prefill:                            # what each request's prefills computed (its energy)
             rows, n, c = ids[prefill], news[prefill], cached[prefill]
             self.prefill_tokens[rows] += n
             self.prefill_pairs[rows] += n * c + n * (n + 1) // 2
-        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + compute_ns)
+        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + compute_ns, res, any_prefill)
+        if not self.any_streams and self.pool_l2 is None:   # no sequence ever streamed: nothing below to read
+            return
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
@@ -1483,25 +1517,26 @@ class _Engine:
                     self.parts_left[i] += 1
 
     def _iteration_writes(self, i: int, t: float, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
-                          prefill: np.ndarray, compute_ns: float) -> None:
+                          prefill: np.ndarray, compute_ns: float, res: list[int], any_prefill: bool) -> None:
         """The KV an iteration writes. Where it lives below HBM (a pool, a streamed tier) it crosses the link:
         prefill chunks timed, as part of the iteration; decode appends counted. A prefill chunk computed in
         HBM is written through to the tier below as it is computed, and the iteration ends when that write has
         landed too (vLLM's KV connector: `wait_for_save` ends the forward pass), so that is its one charge; the
-        blocks that tier already held are not written again (a connector checks before it saves)."""
-        written = news * self.kvb
-        res = self.res[ids]
-        timed = np.zeros(self.T)
-        for v in np.unique(res).tolist():
-            rows = res == v
-            size = float(written[rows].sum())
+        blocks that tier already held are not written again (a connector checks before it saves). `res`: the
+        sequences' view tiers (a list), `any_prefill`: whether a prefill chunk is in the batch."""
+        kvb = self.kvb
+        news_l = news.tolist()
+        prefill_l = prefill.tolist() if any_prefill else [False] * len(news_l)
+        timed = [0.0] * self.T
+        for v in sorted(set(res)):     # integer sums of the batch's few rows: exact in Python
+            size = float(sum(m for m, w in zip(news_l, res, strict=True) if w == v) * kvb)
             self.tier_write[self.base + v] += size
             if self.base + v > 0:
-                chunks = float(written[rows & prefill].sum())
+                chunks = float(sum(m for m, w, p in zip(news_l, res, prefill_l, strict=True) if w == v and p) * kvb)
                 timed[self.base + v] += chunks
                 self._count_written(self.base + v, i, size - chunks)
-        if self.base == 0 and self.T > 1:
-            rows = (res == 0) & prefill
+        if self.base == 0 and self.T > 1 and any_prefill:   # (no prefill chunk: no write-through)
+            rows = (self.res[ids] == 0) & prefill
             end = cached[rows] + news[rows]
             fresh = np.maximum(0, end - np.maximum(cached[rows], self.below_held[ids[rows]]))
             through = float(fresh.sum() * self.kvb)
@@ -1509,8 +1544,8 @@ class _Engine:
             timed[1] += through
             if through and self.pool_index == 1:       # the pool's DRAM takes it over the iteration
                 self.pool_bytes.add(t, t + compute_ns, through)
-        for tier in np.flatnonzero(timed).tolist():
-            if self._transfer(tier, float(timed[tier]), X_ITER_WRITE, i, t):
+        for tier in [k for k, size in enumerate(timed) if size]:
+            if self._transfer(tier, timed[tier], X_ITER_WRITE, i, t):
                 self.parts_left[i] += 1
 
     def _iteration_part_done(self, i: int, t: float) -> None:
@@ -1530,20 +1565,31 @@ class _Engine:
             self.activity.end(i, t)
         self.iterations += 1
         self.tokens_computed += int(news.sum())
-        decoded = ids[~prefill]
-        advanced = self._emitted(decoded, news[~prefill])
-        self._count_decoded(decoded, self.ctx[decoded], advanced)
-        self.ctx[ids[prefill]] += news[prefill]
-        self.ctx[decoded] += advanced
-        self.out_done[decoded] += advanced
-        filled = ids[prefill]
-        filled = filled[self.ctx[filled] >= self.target[filled]]
-        self.tokens_emitted += int(advanced.sum()) + len(filled)
-        if len(filled):
-            self.out_done[filled] += 1
-            for r in filled.tolist():
-                self._prefill_done(i, r, t)
-        finished = ids[self.out_done[ids] >= self.out_tokens[ids]]
+        if prefill.any():
+            decoded = ids[~prefill]
+            advanced = self._emitted(decoded, news[~prefill])
+            self._count_decoded(decoded, self.ctx[decoded], advanced)
+            self.ctx[ids[prefill]] += news[prefill]
+            self.ctx[decoded] += advanced
+            self.out_done[decoded] += advanced
+            filled = ids[prefill]
+            filled = filled[self.ctx[filled] >= self.target[filled]]
+            self.tokens_emitted += int(advanced.sum()) + len(filled)
+            if len(filled):
+                self.out_done[filled] += 1
+                for r in filled.tolist():
+                    self._prefill_done(i, r, t)
+            finished = ids[self.out_done[ids] >= self.out_tokens[ids]]
+        else:                          # every sequence decoded (a batch holds each once): the same, read once
+            decoded, filled = ids, ids[:0]
+            advanced = self._emitted(ids, news)
+            ctx = self.ctx[ids]
+            self._count_decoded(ids, ctx, advanced)
+            self.ctx[ids] = ctx + advanced
+            out_done = self.out_done[ids] + advanced
+            self.out_done[ids] = out_done
+            self.tokens_emitted += int(advanced.sum())
+            finished = ids[out_done >= self.out_tokens[ids]]
         for r in finished.tolist():
             self._complete(i, r, t)
         if i < self.routable < self.spec.instances and len(filled):
