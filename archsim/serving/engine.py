@@ -506,8 +506,14 @@ class _Engine:
             heapq.heappush(self.heap, (float(self.arrival[r]), EV_ARRIVAL, r, 0))
         self._plan_arrivals(first)
         heaps = (self.heap, self.iter_heap, self.link_heap, self.unit_heap)
-        while any(heaps):
-            t, kind, a, b = heapq.heappop(min((h for h in heaps if h), key=lambda h: h[0]))
+        while True:
+            first_heap = None              # the heap whose head comes first (the first such, as min's)
+            for h in heaps:
+                if h and (first_heap is None or h[0] < first_heap[0]):
+                    first_heap = h
+            if first_heap is None:
+                break
+            t, kind, a, b = heapq.heappop(first_heap)
             if kind == EV_ITER:
                 self._iteration_part_done(a, t)
             elif kind == EV_ARRIVAL:
@@ -706,8 +712,10 @@ class _Engine:
         self.took_over = False
         ids_arr = np.array(ids, dtype=np.int64)
         prefill_arr = np.array(prefill, dtype=bool)
+        # (one sequence shares blocks with none: _shares_blocks' first test, without the masks)
         decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any() and \
-            self.speculation is None and not self._shares_blocks(self._pool_decoders(ids_arr, ~prefill_arr))
+            self.speculation is None and \
+            (len(ids) < 2 or not self._shares_blocks(self._pool_decoders(ids_arr, ~prefill_arr)))
         # (the fast path runs one token per sequence and step, each reading its own KV)
         return ids_arr, np.array(news, dtype=np.int64), prefill_arr, decode_only
 

@@ -62,10 +62,11 @@ class PnmUnits:
     def next_completion(self) -> tuple[float, int] | None:
         """(time_ns, id) of the next job to finish at the current rates; None with no job."""
         best: tuple[float, int] | None = None
+        now, rates = self.now_ns, self._rate
         for jid, left in self._left.items():
-            rate = self._rate[jid]
+            rate = rates[jid]
             if rate > 0:
-                done = (self.now_ns + left / rate, jid)
+                done = (now + left / rate, jid)
                 if best is None or done < best:
                     best = done
         return best
@@ -106,24 +107,30 @@ class PnmUnits:
     def _elapse(self, t_ns: float) -> None:
         dt = t_ns - self.now_ns
         if dt > 0 and self._left:
+            left = self._left
             for jid, rate in self._rate.items():
                 if rate > 0:
-                    self._left[jid] = max(0.0, self._left[jid] - rate * dt)
+                    x = left[jid] - rate * dt
+                    left[jid] = x if x > 0.0 else 0.0      # max(0.0, x), without the call
             self.busy_ns += dt
-        self.now_ns = max(self.now_ns, t_ns)
+        if t_ns > self.now_ns:
+            self.now_ns = t_ns
 
     def _rerate(self) -> None:
         if self.scheduling == "fifo":            # the oldest job alone (ids grow with arrivals)
             head = min(self._left, default=None)
             self._rate = {jid: 1.0 if jid == head else 0.0 for jid in self._left}
         else:
+            job = self._job
+            servers = [job[jid][0] for jid in self._left]
             per_server: dict[int, int] = {}
-            for jid in self._left:
-                server = self._job[jid][0]
+            for server in servers:
                 per_server[server] = per_server.get(server, 0) + 1
             hosts = len(per_server)
-            self._rate = {jid: 1.0 / (hosts * per_server[self._job[jid][0]]) for jid in self._left}
-        self._shared.update(jid for jid, rate in self._rate.items() if rate < 1.0)
+            self._rate = {jid: 1.0 / (hosts * per_server[server])
+                          for jid, server in zip(self._left, servers, strict=True)}
+        if len(self._rate) > 1:        # a job alone runs at the full rate, under either discipline
+            self._shared.update(jid for jid, rate in self._rate.items() if rate < 1.0)
 
     def summary(self, span_ns: float) -> dict[str, object]:
         """The run's jobs and their queueing delays, per server and in all; the units' busy share of `span_ns`."""
