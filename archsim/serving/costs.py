@@ -127,9 +127,11 @@ class StepCostTable:
         attending at once, as the table's decode-step runs have them), 0 when decode attention is elsewhere."""
         cached = np.asarray(cached_tokens, dtype=np.int64)
         new = np.asarray(new_tokens, dtype=np.int64)
-        tokens, sequences = int(new.sum()), int(new.size)
+        # integer sums over a batch's few rows: Python's sum of the ints is exact and cheaper than ndarray.sum
+        new_list = new.tolist()
+        tokens, sequences = sum(new_list), len(new_list)
         if tokens == sequences:  # every sequence decodes: the engine's common case, scalars only
-            d, n, prefill = sequences, int(cached.sum()), NO_PREFILL
+            d, n, prefill = sequences, sum(cached.tolist()), NO_PREFILL
         else:
             decoding = new == 1
             d, n = int(decoding.sum()), int(cached[decoding].sum())

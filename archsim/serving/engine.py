@@ -1591,13 +1591,24 @@ class _Engine:
         else:                          # every sequence decoded (a batch holds each once): the same, read once
             decoded, filled = ids, ids[:0]
             advanced = self._emitted(ids, news)
-            ctx = self.ctx[ids]
-            self._count_decoded(ids, ctx, advanced)
-            self.ctx[ids] = ctx + advanced
-            out_done = self.out_done[ids] + advanced
-            self.out_done[ids] = out_done
-            self.tokens_emitted += int(advanced.sum())
-            finished = ids[out_done >= self.out_tokens[ids]]
+            # a batch holds few rows: Python ints per row cost less than numpy's fancy-index gathers and scatters
+            # (integer arithmetic, so the same counts; no row repeats, so no scatter collides)
+            ctx_a, out_a, out_tokens = self.ctx, self.out_done, self.out_tokens
+            dec_tokens, dec_pairs = self.decode_tokens, self.decode_pairs
+            done_rows = []
+            kept_sum = 0
+            for r, k in zip(ids.tolist(), advanced.tolist(), strict=True):
+                c = int(ctx_a[r])
+                dec_tokens[r] += k
+                dec_pairs[r] += k * c + k * (k + 1) // 2
+                ctx_a[r] = c + k
+                o = int(out_a[r]) + k
+                out_a[r] = o
+                kept_sum += k
+                if o >= out_tokens[r]:
+                    done_rows.append(r)
+            self.tokens_emitted += kept_sum
+            finished = np.array(done_rows, dtype=ids.dtype)
         for r in finished.tolist():
             self._complete(i, r, t)
         if i < self.routable < self.spec.instances and len(filled):
