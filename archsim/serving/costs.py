@@ -96,17 +96,17 @@ class StepCostTable:
             return DecodeTerms(d, n // d, "gpu", 0.0, 0.0, 1.0)
         (d0, d1), wd = _bracket(self.seq_grid, d)
         (n0, n1), wn = _bracket(self.token_grid, n)
-        c00, c01, c10, c11 = self._point(d0, n0), self._point(d0, n1), self._point(d1, n0), self._point(d1, n1)
-
-        def mix(v00: float, v01: float, v10: float, v11: float) -> float:
-            if v00 == v01 == v10 == v11:  # equal corners: the value itself, not a rounded blend
-                return v00
-            return ((1 - wd) * ((1 - wn) * v00 + wn * v01) + wd * ((1 - wn) * v10 + wn * v11))
-
-        return DecodeTerms(d, n // d, c00.kind, mix(c00.pool_ns, c01.pool_ns, c10.pool_ns, c11.pool_ns),
-                           mix(c00.route_latency_ns, c01.route_latency_ns, c10.route_latency_ns, c11.route_latency_ns),
-                           mix(c00.allreduce_stretch, c01.allreduce_stretch, c10.allreduce_stretch,
-                               c11.allreduce_stretch))
+        # the corners are nearly always filled: look them up directly, filling (_point) only a missing one
+        terms = self._terms
+        c00 = terms.get((d0, n0)) or self._point(d0, n0)
+        c01 = terms.get((d0, n1)) or self._point(d0, n1)
+        c10 = terms.get((d1, n0)) or self._point(d1, n0)
+        c11 = terms.get((d1, n1)) or self._point(d1, n1)
+        return DecodeTerms(d, n // d, c00.kind, _mix(wd, wn, c00.pool_ns, c01.pool_ns, c10.pool_ns, c11.pool_ns),
+                           _mix(wd, wn, c00.route_latency_ns, c01.route_latency_ns, c10.route_latency_ns,
+                                c11.route_latency_ns),
+                           _mix(wd, wn, c00.allreduce_stretch, c01.allreduce_stretch, c10.allreduce_stretch,
+                                c11.allreduce_stretch))
 
     def shared_prefix_factor(self, prefix_tokens: np.ndarray, private_tokens: list[np.ndarray]) -> float:
         """The pool's decode time with each group's shared prefix read once over the time without (at most 1;
@@ -127,9 +127,11 @@ class StepCostTable:
         attending at once, as the table's decode-step runs have them), 0 when decode attention is elsewhere."""
         cached = np.asarray(cached_tokens, dtype=np.int64)
         new = np.asarray(new_tokens, dtype=np.int64)
-        tokens, sequences = int(new.sum()), int(new.size)
+        # integer sums over a batch's few rows: Python's sum of the ints is exact and cheaper than ndarray.sum
+        new_list = new.tolist()
+        tokens, sequences = sum(new_list), len(new_list)
         if tokens == sequences:  # every sequence decodes: the engine's common case, scalars only
-            d, n, prefill = sequences, int(cached.sum()), NO_PREFILL
+            d, n, prefill = sequences, sum(cached.tolist()), NO_PREFILL
         else:
             decoding = new == 1
             d, n = int(decoding.sum()), int(cached[decoding].sum())
@@ -318,6 +320,13 @@ class SplitCost:
 
     def declaration(self) -> dict[str, Any]:
         return {**self.pool.declaration(), "method": SPLIT_METHOD}
+
+
+def _mix(wd: float, wn: float, v00: float, v01: float, v10: float, v11: float) -> float:
+    """Bilinear blend of a cell's corner values at weights (wd, wn) towards the upper ends (decode_part's)."""
+    if v00 == v01 == v10 == v11:  # equal corners: the value itself, not a rounded blend
+        return v00
+    return ((1 - wd) * ((1 - wn) * v00 + wn * v01) + wd * ((1 - wn) * v10 + wn * v11))
 
 
 def _bracket(grid: list[int], x: int) -> tuple[tuple[int, int], float]:

@@ -713,7 +713,9 @@ class _Engine:
         ids_arr = np.array(ids, dtype=np.int64)
         prefill_arr = np.array(prefill, dtype=bool)
         # (one sequence shares blocks with none: _shares_blocks' first test, without the masks)
-        decode_only = len(ids) == len(run) and not any(prefill) and not self.streams[ids_arr].any() and \
+        # (no sequence has ever streamed: the streams test needs no gather)
+        decode_only = len(ids) == len(run) and not any(prefill) and \
+            not (self.any_streams and self.streams[ids_arr].any()) and \
             self.speculation is None and \
             (len(ids) < 2 or not self._shares_blocks(self._pool_decoders(ids_arr, ~prefill_arr)))
         # (the fast path runs one token per sequence and step, each reading its own KV)
@@ -981,12 +983,19 @@ class _Engine:
         ctx, target, nheld, bt = self.ctx, self.target, self.nheld, self.bt
         arr = np.array(run, dtype=np.int64)
         ctx_run, target_run = ctx[arr].tolist(), target[arr].tolist()
-        decoding = [r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c >= g]
-        prefilling = [r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c < g]
+        # one pass splits the running sequences, keeping the decoders' contexts for their block test
+        decoding: list[int] = []
+        prefilling: list[int] = []
+        dec_ctx: list[int] = []
+        for r, c, g in zip(run, ctx_run, target_run, strict=True):
+            if c >= g:
+                decoding.append(r)
+                dec_ctx.append(c)
+            else:
+                prefilling.append(r)
         if self.speculation is None:   # one position each: short of a block when ctx + 1 passes what it holds
             held = nheld[decoding].tolist()
-            short = [-(-(c + 1) // bt) - h for c, h in
-                     zip([c for c, g in zip(ctx_run, target_run, strict=True) if c >= g], held, strict=True)]
+            short = [-(-(c + 1) // bt) - h for c, h in zip(dec_ctx, held, strict=True)]
         else:
             dec = np.array(decoding, dtype=np.int64)
             short = (-(-(ctx[dec] + self._verify_tokens(dec)) // bt) - nheld[dec]).tolist()
@@ -1477,7 +1486,7 @@ class _Engine:
         self.iter_start[i] = t
         cached = self.ctx[ids]
         res = self.res[ids].tolist()
-        any_prefill = bool(prefill.any())
+        any_prefill = True in prefill.tolist()     # (cheaper than ndarray.any on a batch's few rows)
         # which sequences keep their KV in the pool (pool_bytes exists exactly when a pool does)
         on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         self._sample_l2(ids, cached, self.iterations)
@@ -1572,8 +1581,8 @@ class _Engine:
         if self.activity is not None:
             self.activity.end(i, t)
         self.iterations += 1
-        self.tokens_computed += int(news.sum())
-        if prefill.any():
+        self.tokens_computed += sum(news.tolist())     # (ints: exact, and cheaper than ndarray.sum on few rows)
+        if True in prefill.tolist():
             decoded = ids[~prefill]
             advanced = self._emitted(decoded, news[~prefill])
             self._count_decoded(decoded, self.ctx[decoded], advanced)
@@ -1591,13 +1600,24 @@ class _Engine:
         else:                          # every sequence decoded (a batch holds each once): the same, read once
             decoded, filled = ids, ids[:0]
             advanced = self._emitted(ids, news)
-            ctx = self.ctx[ids]
-            self._count_decoded(ids, ctx, advanced)
-            self.ctx[ids] = ctx + advanced
-            out_done = self.out_done[ids] + advanced
-            self.out_done[ids] = out_done
-            self.tokens_emitted += int(advanced.sum())
-            finished = ids[out_done >= self.out_tokens[ids]]
+            # a batch holds few rows: Python ints per row cost less than numpy's fancy-index gathers and scatters
+            # (integer arithmetic, so the same counts; no row repeats, so no scatter collides)
+            ctx_a, out_a, out_tokens = self.ctx, self.out_done, self.out_tokens
+            dec_tokens, dec_pairs = self.decode_tokens, self.decode_pairs
+            done_rows = []
+            kept_sum = 0
+            for r, k in zip(ids.tolist(), advanced.tolist(), strict=True):
+                c = int(ctx_a[r])
+                dec_tokens[r] += k
+                dec_pairs[r] += k * c + k * (k + 1) // 2
+                ctx_a[r] = c + k
+                o = int(out_a[r]) + k
+                out_a[r] = o
+                kept_sum += k
+                if o >= out_tokens[r]:
+                    done_rows.append(r)
+            self.tokens_emitted += kept_sum
+            finished = np.array(done_rows, dtype=ids.dtype)
         for r in finished.tolist():
             self._complete(i, r, t)
         if i < self.routable < self.spec.instances and len(filled):
