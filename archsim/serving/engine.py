@@ -979,20 +979,8 @@ class _Engine:
     def _grow_decoders(self, i: int, t: float) -> tuple[list[int], list[int]]:
         """Give every decode sequence whose next token starts a block that block, preempting when full. Returns
         the running sequences then, in order: those decoding, and those still prefilling."""
-        run = self.running[i]
-        ctx, target, nheld, bt = self.ctx, self.target, self.nheld, self.bt
-        arr = np.array(run, dtype=np.int64)
-        ctx_run, target_run = ctx[arr].tolist(), target[arr].tolist()
-        # one pass splits the running sequences, keeping the decoders' contexts for their block test
-        decoding: list[int] = []
-        prefilling: list[int] = []
-        dec_ctx: list[int] = []
-        for r, c, g in zip(run, ctx_run, target_run, strict=True):
-            if c >= g:
-                decoding.append(r)
-                dec_ctx.append(c)
-            else:
-                prefilling.append(r)
+        ctx, nheld, bt = self.ctx, self.nheld, self.bt
+        decoding, prefilling, dec_ctx = self._split_running(i)
         if self.speculation is None:   # one position each: short of a block when ctx + 1 passes what it holds
             held = nheld[decoding].tolist()
             short = [-(-(c + 1) // bt) - h for c, h in zip(dec_ctx, held, strict=True)]
@@ -1025,12 +1013,24 @@ class _Engine:
                 self._note_pinned(i, v)
         if self.coherence is not None:
             self._sync_coherence(i)
-        # preemptions and moves left the running list: what runs now
+        decoding, prefilling, _ = self._split_running(i)  # preemptions and moves left the running list
+        return decoding, prefilling
+
+    def _split_running(self, i: int) -> tuple[list[int], list[int], list[int]]:
+        """Instance i's running sequences in order: those decoding, those still prefilling, and the decoders'
+        contexts (one pass in Python ints over the batch's few rows)."""
         run = self.running[i]
         arr = np.array(run, dtype=np.int64)
-        ctx_run, target_run = ctx[arr].tolist(), target[arr].tolist()
-        return ([r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c >= g],
-                [r for r, c, g in zip(run, ctx_run, target_run, strict=True) if c < g])
+        decoding: list[int] = []
+        prefilling: list[int] = []
+        dec_ctx: list[int] = []
+        for r, c, g in zip(run, self.ctx[arr].tolist(), self.target[arr].tolist(), strict=True):
+            if c >= g:
+                decoding.append(r)
+                dec_ctx.append(c)
+            else:
+                prefilling.append(r)
+        return decoding, prefilling, dec_ctx
 
     def _victim(self, i: int, tier: int | None = None) -> int:
         """The most recently admitted decode sequence (its prompt KV is complete, so caching it stays valid), of
