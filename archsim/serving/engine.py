@@ -469,6 +469,9 @@ class _Engine:
         self.iter_start = [0.0] * k    # when its iteration in progress began
         self.last_step_ns = [0.0] * k  # how long its last event-path iteration took (the fast path's quick test)
         self.batch: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * k
+        # its last batch when that was every running sequence decoding one token (ids as a list too): the next
+        # is the same while nothing joins, leaves or needs a block (`_same_decoders`)
+        self.decoders: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[int]] | None] = [None] * k
         self.queued_tokens = np.zeros(k, dtype=np.int64)   # input + output tokens of each instance's requests
         self.rr_next = 0
         self.heap: list[tuple[float, int, int, int]] = []        # arrivals
@@ -664,6 +667,9 @@ class _Engine:
         """Decode tokens first, then prefills under way, then admissions, within the token budget. The flag
         says the batch is every running sequence decoding from the home tier with nothing left to admit."""
         run = self.running[i]
+        last = self.decoders[i]
+        if last is not None and self._same_decoders(i, last[3]):
+            return last[0], last[1], last[2], True
         budget = self.spec.max_batch_tokens
         ids: list[int] = []
         news: list[int] = []
@@ -719,7 +725,26 @@ class _Engine:
             self.speculation is None and \
             (len(ids) < 2 or not self._shares_blocks(self._pool_decoders(ids_arr, ~prefill_arr)))
         # (the fast path runs one token per sequence and step, each reading its own KV)
-        return ids_arr, np.array(news, dtype=np.int64), prefill_arr, decode_only
+        news_arr = np.array(news, dtype=np.int64)
+        self.decoders[i] = (ids_arr, news_arr, prefill_arr, ids) if decode_only else None
+        return ids_arr, news_arr, prefill_arr, decode_only
+
+    def _same_decoders(self, i: int, ids: list[int]) -> bool:
+        """Whether instance i's next batch is its last decode-only one again, as building it would find: the
+        same sequences running, none needing a block, nothing waiting or landing. Then the coherence charges
+        that giving blocks would have synced are synced here."""
+        if self.running[i] != ids or self.waiting[i] or self.landing[i]:
+            return False
+        bt, ctx, nheld = self.bt, self.ctx, self.nheld
+        if any(int(ctx[r]) >= int(nheld[r]) * bt for r in ids):   # ctx + 1 passes what it holds: a new block
+            return False
+        if len(ids) > 1:           # a sequence reaching its first full block may start sharing it with another
+            arr = np.array(ids, dtype=np.int64)
+            if self._shares_blocks(self._pool_decoders(arr, np.ones(len(ids), dtype=bool))):
+                return False
+        if self.coherence is not None:
+            self._sync_coherence(i)
+        return True
 
     def _verify_tokens(self, ids: np.ndarray) -> np.ndarray:
         """Positions each decode sequence computes this iteration: 1, or with speculation the k drafted tokens
@@ -734,6 +759,8 @@ class _Engine:
         instance's batch (an arrival, a transfer, or any iteration end when instances share KV room or a
         finished turn's successor could arrive first). Returns the time reached (t if it ran none). Exact:
         the same iterations, at the same times, as the event-by-event path."""
+        if self.units is not None and len(self.units):
+            return t                   # another server's job is at the PNM units: the steps' times depend on it
         # instances share KV room when it lives in a shared tier (a pool home, placement auto, handovers, a
         # waiting head that streams from the tier below HBM): then every arrival and iteration end can matter
         head = self.waiting[i][0] if self.waiting[i] else -1
@@ -745,8 +772,6 @@ class _Engine:
             bound = min(bound, others if coupled else others + self.min_think_ns)
         if bound < t + self.last_step_ns[i]:
             return t                   # not even one step of the last one's length fits: the event path runs it
-        if self.units is not None and len(self.units):
-            return t                   # another server's job is at the PNM units: the steps' times depend on it
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
         left = int((self.out_tokens[ids] - self.out_done[ids]).min()) - 1   # the last one goes the normal way
