@@ -313,6 +313,7 @@ class _Engine:
         self.link_of_tier = [tier.link for tier in self.spec.tiers]
         self.link_spec = {link.name: link for link in reads}
         self.written_bytes = dict.fromkeys(self.link_spec, 0.0)   # counted, not timed
+        self.paths: dict[tuple[int, int], tuple[str, ...]] = {}    # (tier, instance) -> _path's links
         self.swapping_out = np.zeros(len(self.table), dtype=bool)
         self.transfer_of: dict[int, tuple[int, int]] = {}     # transfer id -> (what, who)
         self.link_version = 0
@@ -381,7 +382,7 @@ class _Engine:
         """Charge instance i for the blocks its last cache operations evicted from and wrote into the shared pool:
         their evictions, then their writes (an operation makes room before it writes)."""
         tier = self.shared_tier
-        server = int(self.spec.server_of(i))
+        server = self.server_of[i]
         if tier.evicted:
             self.owed[i, 2] += self.coherence.evict(tier.evicted, server)
             tier.evicted.clear()
@@ -394,11 +395,13 @@ class _Engine:
     def _read_shared(self, i: int, keys: np.ndarray) -> None:
         """Instance i reads these blocks of the shared pool (in place, or loading them)."""
         if len(keys):
-            self.owed[i, 1] += self.coherence.read(keys, int(self.spec.server_of(i)))
+            self.owed[i, 1] += self.coherence.read(keys, self.server_of[i])
 
     def _owed_ns(self, i: int) -> float:
         """What instance i owes for coherence, in time; paid (zeroed) now."""
-        flushes, invalidations, snooped = self.owed[i].tolist()
+        flushes, invalidations, snooped = owed = self.owed[i].tolist()
+        if not any(owed):
+            return 0.0                 # (stall_ns of nothing)
         self.owed[i] = 0
         return self.coherence.costs.stall_ns(flushes, invalidations, snooped)
 
@@ -465,6 +468,7 @@ class _Engine:
         self.running: list[list[int]] = [[] for _ in range(k)]
         self.landing: list[set[int]] = [set() for _ in range(k)]  # sequences whose KV is in flight to it
         self.busy = [False] * k
+        self.server_of = [int(self.spec.server_of(i)) for i in range(k)]
         self.parts_left = [0] * k
         self.iter_start = [0.0] * k    # when its iteration in progress began
         self.last_step_ns = [0.0] * k  # how long its last event-path iteration took (the fast path's quick test)
@@ -1529,7 +1533,7 @@ class _Engine:
         self.parts_left[i] = 1
         if work_ns > 0:
             self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
-            self.job_of[self.units.start(work_ns, int(self.spec.server_of(i)), t)] = (i, compute_ns)
+            self.job_of[self.units.start(work_ns, self.server_of[i], t)] = (i, compute_ns)
             self._recheck_units()
         else:
             heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
@@ -1568,7 +1572,17 @@ class _Engine:
         sequences' view tiers (a list), `any_prefill`: whether a prefill chunk is in the batch."""
         kvb = self.kvb
         news_l = news.tolist()
-        prefill_l = prefill.tolist() if any_prefill else [False] * len(news_l)
+        if not any_prefill:            # decode only: every tier's tokens counted, nothing timed
+            counts: dict[int, int] = {}
+            for m, w in zip(news_l, res, strict=True):
+                counts[w] = counts.get(w, 0) + m
+            for v in sorted(counts):
+                size = float(counts[v] * kvb)
+                self.tier_write[self.base + v] += size
+                if self.base + v > 0:
+                    self._count_written(self.base + v, i, size)
+            return
+        prefill_l = prefill.tolist()
         timed = [0.0] * self.T
         for v in sorted(set(res)):     # integer sums of the batch's few rows: exact in Python
             size = float(sum(m for m, w in zip(news_l, res, strict=True) if w == v) * kvb)
@@ -1770,10 +1784,12 @@ class _Engine:
     def _path(self, tier: int, instance: int) -> tuple[str, ...]:
         """The links towards the GPUs a transfer of `instance` from `tier` crosses: the tier's link, or with
         several servers the instance's server's port and then the tier's shared side."""
-        name = self.link_of_tier[tier]
-        if self.servers == 1:
-            return (name,)
-        return server_link_name(name, self.spec.server_of(instance)), name
+        path = self.paths.get((tier, instance))
+        if path is None:
+            name = self.link_of_tier[tier]
+            path = (name,) if self.servers == 1 else (server_link_name(name, self.spec.server_of(instance)), name)
+            self.paths[(tier, instance)] = path
+        return path
 
     def _count_written(self, tier: int, instance: int, size_bytes: float) -> None:
         """Bytes written down a tier's path without link time (decode appends)."""

@@ -21,6 +21,8 @@ so a job alone ends exactly `work` after it starts.
 
 from __future__ import annotations
 
+import math
+
 from archsim.system.serving_config import PNM_SCHEDULING
 
 
@@ -37,6 +39,8 @@ class PnmUnits:
         self._rate: dict[int, float] = {}
         self._job: dict[int, tuple[int, float, float]] = {}   # id -> (server, arrival ns, work ns)
         self._shared: set[int] = set()           # jobs that ever ran below the units' full rate
+        self._per_server: dict[int, int] = {}    # jobs at the units from each server with any
+        self._clear_ns = -1.0                    # advanced to here, nothing more done by then
         self.jobs = [0] * servers
         self.queueing_ns = [0.0] * servers
         self.max_queueing_ns = [0.0] * servers
@@ -50,26 +54,27 @@ class PnmUnits:
         a job finishing by now must be handed over, not finished unseen here."""
         if not work_ns > 0:
             raise ValueError(f"a job's work must be positive, got {work_ns} ns")
-        if self._run(now_ns):
+        if now_ns != self._clear_ns and self._run(now_ns):
             raise RuntimeError(f"jobs finished by {now_ns} ns were not advanced to before a new one started")
         jid = self._next_id
         self._next_id += 1
         self._left[jid] = float(work_ns)
         self._job[jid] = (server, now_ns, float(work_ns))
+        self._per_server[server] = self._per_server.get(server, 0) + 1
         self._rerate()
         return jid
 
     def next_completion(self) -> tuple[float, int] | None:
         """(time_ns, id) of the next job to finish at the current rates; None with no job."""
-        best: tuple[float, int] | None = None
+        best_ns, best = math.inf, -1
         now, rates = self.now_ns, self._rate
-        for jid, left in self._left.items():
+        for jid, left in self._left.items():     # ids ascend: a tie keeps the earlier job, as (time, id) order
             rate = rates[jid]
             if rate > 0:
-                done = (now + left / rate, jid)
-                if best is None or done < best:
-                    best = done
-        return best
+                done = now + left / rate
+                if done < best_ns:
+                    best_ns, best = done, jid
+        return (best_ns, best) if best >= 0 else None
 
     def advance(self, now_ns: float) -> list[tuple[float, int]]:
         """Move the clock to now_ns; the jobs finished by then as (time_ns, id), in that order."""
@@ -94,6 +99,11 @@ class PnmUnits:
             self._elapse(t)
             del self._left[jid], self._rate[jid]
             server, arrival, work = self._job.pop(jid)
+            left = self._per_server[server] - 1
+            if left:
+                self._per_server[server] = left
+            else:
+                del self._per_server[server]
             wait = max(0.0, t - arrival - work) if jid in self._shared else 0.0
             self._shared.discard(jid)
             self.jobs[server] += 1
@@ -102,6 +112,7 @@ class PnmUnits:
             done.append((t, jid))
             self._rerate()
         self._elapse(until_ns)
+        self._clear_ns = until_ns
         return done
 
     def _elapse(self, t_ns: float) -> None:
@@ -121,14 +132,9 @@ class PnmUnits:
             head = min(self._left, default=None)
             self._rate = {jid: 1.0 if jid == head else 0.0 for jid in self._left}
         else:
-            job = self._job
-            servers = [job[jid][0] for jid in self._left]
-            per_server: dict[int, int] = {}
-            for server in servers:
-                per_server[server] = per_server.get(server, 0) + 1
+            job, per_server = self._job, self._per_server
             hosts = len(per_server)
-            self._rate = {jid: 1.0 / (hosts * per_server[server])
-                          for jid, server in zip(self._left, servers, strict=True)}
+            self._rate = {jid: 1.0 / (hosts * per_server[job[jid][0]]) for jid in self._left}
         if len(self._rate) > 1:        # a job alone runs at the full rate, under either discipline
             self._shared.update(jid for jid, rate in self._rate.items() if rate < 1.0)
 
