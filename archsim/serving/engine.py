@@ -56,6 +56,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -1313,16 +1314,20 @@ class _Engine:
         """The pool's decode-time scale for this batch (below 1 when its multi-token kernel reads prefixes that
         decode sequences share once), counting the KV tokens the pool's decode attention reads and fetches.
         `on_pool`: which of `ids` keep their KV in the pool (None without one)."""
-        # integer sums over a handful of rows: Python's, exactly numpy's
-        cached_l, decoding_l = cached.tolist(), [m == 1 for m in news.tolist()]
-        self.decode_tokens_read += sum(c for c, d in zip(cached_l, decoding_l, strict=True) if d)
+        # integer sums over a handful of rows in one pass: Python's, exactly numpy's
+        total = read = pooled = 0
+        for c, m, p in zip(cached.tolist(), news.tolist(), on_pool or repeat(False), strict=on_pool is not None):
+            if m == 1:
+                total += c
+                if p:
+                    read += c
+                    pooled += 1
+        self.decode_tokens_read += total
         if on_pool is None:
             return 1.0
-        read = sum(c for c, d, p in zip(cached_l, decoding_l, on_pool, strict=True) if d and p)
         self.pool_decode_tokens += read
         # (a batch with fewer than two pool decoders shares nothing: _shared_groups' first test)
-        shared = self._shared_groups(ids, news == 1) if not self.auto and self.pnm_decoders and \
-            sum(d and p for d, p in zip(decoding_l, on_pool, strict=True)) > 1 else None
+        shared = self._shared_groups(ids, news == 1) if not self.auto and self.pnm_decoders and pooled > 1 else None
         scale = getattr(self.cost, "shared_prefix_factor", None)
         factor = scale(*shared) if shared is not None and scale is not None else 1.0
         saved = 0
