@@ -506,6 +506,9 @@ class _Engine:
 
     def run(self) -> ServingResult:
         wall = time.perf_counter()
+        # a batch of the same decoders steps on without being built again (_decode_on) unless iterations are
+        # recorded or sequences change places between steps
+        self.lean_steps = self.activity is None and not self.auto and self.speculation is None
         first = np.nonzero(self.table.prev < 0)[0]
         if np.isnan(self.arrival[first]).any():
             r = int(first[np.isnan(self.arrival[first])][0])
@@ -658,15 +661,51 @@ class _Engine:
         if batch is None:
             return
         ids, news, prefill, decode_only = batch
-        if decode_only and self.fast_decode:
-            t_after = self._fast_decode(i, t, ids)
-            if t_after > t:            # the instance is busy until then and resumes in event order
-                self.busy[i] = True
-                self.batch[i] = None
-                self.parts_left[i] = 1
-                heapq.heappush(self.iter_heap, (t_after, EV_ITER, i, 0))
-                return
-        self._start_iteration(i, t, ids, news, prefill)
+        if not (decode_only and self._stretch(i, t, ids)):
+            self._start_iteration(i, t, ids, news, prefill)
+
+    def _stretch(self, i: int, t: float, ids: np.ndarray) -> bool:
+        """Run the decode batch `ids` on the fast path if it can go a step or more: then instance i is busy until
+        the stretch ends and resumes in event order."""
+        if not self.fast_decode:
+            return False
+        t_after = self._fast_decode(i, t, ids)
+        if t_after <= t:
+            return False
+        self.busy[i] = True
+        self.batch[i] = None
+        self.parts_left[i] = 1
+        heapq.heappush(self.iter_heap, (t_after, EV_ITER, i, 0))
+        return True
+
+    def _decode_on(self, i: int, t: float) -> bool:
+        """Finish instance i's iteration of its last decode-only batch and start the next when that is the same
+        batch again (nobody finishes, needs a block, waits or lands): what _finish_iteration and _schedule do
+        then, in the same order, without building the batch again. False, having done nothing, otherwise."""
+        ids, news, prefill, ids_list = self.decoders[i]
+        if self.running[i] != ids_list or self.waiting[i] or self.landing[i]:
+            return False
+        ctx_l, out_l = self.ctx[ids].tolist(), self.out_done[ids].tolist()
+        out_tokens, nheld, bt = self.out_tokens, self.nheld, self.bt
+        for r, c, o in zip(ids_list, ctx_l, out_l, strict=True):
+            if o + 1 >= out_tokens[r] or c + 2 > nheld[r] * bt:
+                return False           # it finishes now, or its next token starts a block
+        self.batch[i] = None
+        self.last_step_ns[i] = t - self.iter_start[i]
+        self.iterations += 1
+        self.tokens_computed += len(ids_list)
+        self.tokens_emitted += len(ids_list)
+        ctx_a, out_a, dec_tokens, dec_pairs = self.ctx, self.out_done, self.decode_tokens, self.decode_pairs
+        for r, c, o in zip(ids_list, ctx_l, out_l, strict=True):
+            dec_tokens[r] += 1         # one token over its c cached ones: c + 1 attention pairs
+            dec_pairs[r] += c + 1
+            ctx_a[r] = c + 1
+            out_a[r] = o + 1
+        if not self._decoders_hold(i, ids_list):
+            self._schedule(i, t)       # two of them now share a block: the batch is built again
+        elif not self._stretch(i, t, ids):
+            self._start_iteration(i, t, ids, news, prefill)
+        return True
 
     def _build_batch(self, i: int, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
         """Decode tokens first, then prefills under way, then admissions, within the token budget. The flag
@@ -743,6 +782,11 @@ class _Engine:
         bt, ctx, nheld = self.bt, self.ctx, self.nheld
         if any(int(ctx[r]) >= int(nheld[r]) * bt for r in ids):   # ctx + 1 passes what it holds: a new block
             return False
+        return self._decoders_hold(i, ids)
+
+    def _decoders_hold(self, i: int, ids: list[int]) -> bool:
+        """The rest of _same_decoders, once the batch's shape is known to hold: no two of its pool decoders share
+        a block now (then the coherence charges are synced)."""
         if len(ids) > 1:           # a sequence reaching its first full block may start sharing it with another
             arr = np.array(ids, dtype=np.int64)
             if self._shares_blocks(self._pool_decoders(arr, np.ones(len(ids), dtype=bool))):
@@ -1618,6 +1662,9 @@ class _Engine:
         self.busy[i] = False
         if self.batch[i] is None:      # the end of a fast-path stretch: its iterations are already counted
             self._schedule(i, t)
+            return
+        if self.lean_steps and self.decoders[i] is not None and self.batch[i][0] is self.decoders[i][0] and \
+                not self.any_streams and self._decode_on(i, t):
             return
         ids, news, prefill = self.batch[i]
         self.batch[i] = None
