@@ -283,7 +283,11 @@ class _Engine:
         self.in_tokens = table.input_tokens.astype(np.int64)
         self.out_tokens = table.output_tokens.astype(np.int64)
         self.succ_off, self.succ = successors(table)
-        self.ckeys, self.coff = context_keys(table, (self.succ_off, self.succ))
+        content_keys, self.coff = context_keys(table, (self.succ_off, self.succ))
+        # the caches and the coherence bookkeeping see each distinct block as its rank among the content keys:
+        # the same order and identity, as small ints (cheaper to hash and index); the L2 samplers hash the content
+        self.content_keys, ranks = np.unique(content_keys, return_inverse=True)
+        self.ckeys = ranks.astype(np.uint64).ravel()
         self._build_coherence()
         self.lookup_blocks = np.maximum(self.in_tokens - 1, 0) // self.bt   # at least one prompt token computes
         self._init_request_state()
@@ -1349,7 +1353,7 @@ class _Engine:
         if self.l2 is None or not self.l2.points(first, count):
             return
         on_gpu = (self.base + self.res[ids] == 0) & (cached > 0)
-        blocks = [self.ckeys[self.coff[r]:self.coff[r] + -(-int(c) // self.bt)]
+        blocks = [self.content_keys[self.ckeys[self.coff[r]:self.coff[r] + -(-int(c) // self.bt)]]
                   for r, c in zip(ids[on_gpu].tolist(), cached[on_gpu].tolist(), strict=True)]
         self.l2.sample(first, blocks, count)
 
@@ -1601,7 +1605,7 @@ class _Engine:
         streaming = self.streams[ids]
         if self.pool_l2 is not None:
             pooled = streaming & (self.base + self.res[ids] == self.pool_index)
-            self.pool_l2.iteration([self._seq_keys(r, -(-int(c) // self.bt))
+            self.pool_l2.iteration([self.content_keys[self._seq_keys(r, -(-int(c) // self.bt))]
                                     for r, c in zip(ids[pooled].tolist(), cached[pooled].tolist(), strict=True)], i)
         if streaming.any():
             for v in np.unique(self.res[ids][streaming]).tolist():
