@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +17,9 @@ from archsim.config.memory import MemoryConfig, memory_config_from_preset
 from archsim.memory import ReplayResult, Requests, replay
 
 REPO = Path(__file__).resolve().parent.parent
+# decode-step results stored for this session only (archsim.step_store): tests neither read nor fill the user's
+os.environ["ARCHSIM_CACHE_DIR"] = _STORE = tempfile.mkdtemp(prefix="archsim-test-store-")
+atexit.register(shutil.rmtree, _STORE, True)
 PRESETS = ("HBM2", "HBM3", "HBM3E")
 # DRAMSim3's HBM2 .ini, shipped with its MIT licence (tests/data/dramsim3/LICENSE)
 DRAMSIM3_INI = REPO / "tests" / "data" / "dramsim3" / "HBM2_8Gb_x128.ini"

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from archsim.models import dtype_bytes
+from archsim.step_store import remembered
 from archsim.system.config import SystemConfig
 from archsim.system.mixed import (
     NO_PREFILL,
@@ -90,8 +91,13 @@ class StepCostTable:
     def _point(self, d: int, n: int) -> DecodeTerms:
         key = (d, n)
         if key not in self._terms:
-            self._terms[key] = decode_terms(self.system, self.workload, d, n // d)
+            self._terms[key] = self._run_step(d, n // d)
         return self._terms[key]
+
+    def _run_step(self, d: int, context: int) -> DecodeTerms:
+        """The decode-step model at d sequences of `context` tokens (kept between runs: archsim.step_store)."""
+        return remembered("decode-terms", (self.system, self.workload, d, context),
+                          lambda: decode_terms(self.system, self.workload, d, context))
 
     def decode_part(self, d: int, n: int) -> DecodeTerms:
         """DecodeTerms at d sequences holding n cached tokens in all, interpolated between grid points."""
@@ -242,7 +248,7 @@ class StepCostTable:
             return max(self.errors, default=0.0)
         picks = [off[i * len(off) // samples] for i in range(min(samples, len(off)))]
         for d, n in picks:
-            exact = decode_terms(self.system, self.workload, d, n // d)
+            exact = self._run_step(d, n // d)
             approx = self.decode_part(d, n)
             cached = np.full(d, n // d, dtype=np.int64)
             ones = np.ones(d, dtype=np.int64)
