@@ -1,11 +1,11 @@
 """Results of slow, deterministic computations kept on disk between runs: the serving engine's cost table runs
 a few dozen decode steps per system (DRAM and PNM replayed), and serving that system again asks for the same
-ones. A result is keyed by SHA-256 over the package's own files (any edit of its source or data is a miss) and
-the pickled inputs, and kept as one small pickle under `$ARCHSIM_CACHE_DIR` (default `$XDG_CACHE_HOME/archsim`,
-else `~/.cache/archsim`), written to a temporary file and renamed, so a concurrent run never reads half of one.
-An empty ARCHSIM_CACHE_DIR turns the store off; a store that cannot be read or written is as if empty. Loading
-gives back the computed value exactly (pickle keeps every float's bits), so a run's results do not depend on
-what the store held."""
+ones. A result is keyed by SHA-256 over the package's own files and its shipped data (any edit of a source, a
+config or a PNM program is a miss) and the pickled inputs, and kept as one small pickle under
+`$ARCHSIM_CACHE_DIR` (default `$XDG_CACHE_HOME/archsim`, else `~/.cache/archsim`), written to a temporary file
+and renamed, so a concurrent run never reads half of one. An empty ARCHSIM_CACHE_DIR turns the store off; a
+store that cannot be read or written is as if empty. Loading gives back the computed value exactly (pickle keeps
+every float's bits), so a run's results do not depend on what the store held."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from archsim.resources import DATA_DIRS, data_root
 
 CACHE_ENV = "ARCHSIM_CACHE_DIR"
 PACKAGE = Path(__file__).resolve().parent
@@ -35,13 +37,16 @@ def store_dir() -> Path | None:
 
 @functools.cache
 def package_digest() -> str:
-    """SHA-256 over every file of the package (relative path and bytes), compiled caches left out."""
+    """SHA-256 over every file of the package and of its shipped data (`configs/`, `isa/`, `traces/`, which a
+    source checkout keeps beside the package): relative path and bytes, compiled caches left out."""
     h = hashlib.sha256()
-    for path in sorted(p for p in PACKAGE.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(path.relative_to(PACKAGE).as_posix().encode())
-        h.update(b"\0")
-        h.update(path.read_bytes())
-        h.update(b"\0")
+    roots = [PACKAGE, *(data_root() / name for name in DATA_DIRS)]
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(path.relative_to(root.parent).as_posix().encode())
+            h.update(b"\0")
+            h.update(path.read_bytes())
+            h.update(b"\0")
     return h.hexdigest()
 
 

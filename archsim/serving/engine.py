@@ -380,7 +380,9 @@ class _Engine:
         # under DMA no CPU cache holds a block's data: the protocol orders its publication, one metadata line
         costs = CoherenceCosts()
         costs = costs.for_block(costs.line_bytes if self.spec.kv_data_path == "dma" else self.block_bytes)
-        self.coherence = Holders(np.unique(self.ckeys), self.servers, self.spec.coherence, costs)
+        # every block's rank (ckeys) is its index there: 0 .. distinct keys - 1
+        self.coherence = Holders(np.arange(len(self.content_keys), dtype=np.uint64), self.servers,
+                                 self.spec.coherence, costs)
         self.owed = np.zeros((self.spec.instances, 3), dtype=np.int64)
 
     def _sync_coherence(self, i: int) -> None:
@@ -881,7 +883,7 @@ class _Engine:
             self.tokens_emitted += done * len(ids)
             self.tokens_computed += done * len(ids)
             res = self.res[ids]
-            for v in np.unique(res).tolist():
+            for v in sorted(set(res.tolist())):
                 size = float(done * int((res == v).sum()) * self.kvb)
                 self.tier_write[self.base + v] += size
                 if self.base + v > 0:
