@@ -668,7 +668,7 @@ class _Engine:
             return
         ids, news, prefill, decode_only = batch
         if not (decode_only and self._stretch(i, t, ids)):
-            self._start_iteration(i, t, ids, news, prefill)
+            self._start_iteration(i, t, ids, news, prefill, unshared=decode_only)
 
     def _stretch(self, i: int, t: float, ids: np.ndarray) -> bool:
         """Run the decode batch `ids` on the fast path if it can go a step or more: then instance i is busy until
@@ -710,7 +710,7 @@ class _Engine:
         if not self._decoders_hold(i, ids_list):
             self._schedule(i, t)       # two of them now share a block: the batch is built again
         elif not self._stretch(i, t, ids):
-            self._start_iteration(i, t, ids, news, prefill)
+            self._start_iteration(i, t, ids, news, prefill, unshared=True)
         return True
 
     def _build_batch(self, i: int, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
@@ -1360,10 +1360,10 @@ class _Engine:
         self.l2.sample(first, blocks, count)
 
     def _decode_reads(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
-                      on_pool: list[bool] | None) -> float:
+                      on_pool: list[bool] | None, unshared: bool = False) -> float:
         """The pool's decode-time scale for this batch (below 1 when its multi-token kernel reads prefixes that
         decode sequences share once), counting the KV tokens the pool's decode attention reads and fetches.
-        `on_pool`: which of `ids` keep their KV in the pool (None without one)."""
+        `on_pool`: which of `ids` keep their KV in the pool (None without one); `unshared`: known to share none."""
         # integer sums over a handful of rows in one pass: Python's, exactly numpy's
         total = read = pooled = 0
         for c, m, p in zip(cached.tolist(), news.tolist(), on_pool or repeat(False), strict=on_pool is not None):
@@ -1377,7 +1377,8 @@ class _Engine:
             return 1.0
         self.pool_decode_tokens += read
         # (a batch with fewer than two pool decoders shares nothing: _shared_groups' first test)
-        shared = self._shared_groups(ids, news == 1) if not self.auto and self.pnm_decoders and pooled > 1 else None
+        shared = self._shared_groups(ids, news == 1) if not (unshared or self.auto) and self.pnm_decoders and \
+            pooled > 1 else None
         scale = getattr(self.cost, "shared_prefix_factor", None)
         factor = scale(*shared) if shared is not None and scale is not None else 1.0
         saved = 0
@@ -1565,7 +1566,9 @@ class _Engine:
 
     # -- iterations ----------------------------------------------------------------------------------------
 
-    def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray) -> None:
+    def _start_iteration(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
+                         unshared: bool = False) -> None:
+        """`unshared`: the batch is known to hold no two pool decoders sharing a block (a decode-only batch)."""
         self.busy[i] = True
         self.iter_start[i] = t
         cached = self.ctx[ids]
@@ -1574,7 +1577,7 @@ class _Engine:
         # which sequences keep their KV in the pool (pool_bytes exists exactly when a pool does)
         on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         self._sample_l2(ids, cached, self.iterations)
-        scale = self._decode_reads(ids, cached, news, on_pool)
+        scale = self._decode_reads(ids, cached, news, on_pool, unshared)
         compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale)
         work_ns = 0.0
         if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
