@@ -4,7 +4,9 @@ at the scenario's recorded rate spread over 16 servers (3.91 / 16 requests/s per
 
 Usage: python scripts/bench_servers.py [--requests-per-server 500] [--servers 1,2,4,8,16] [--bar-s 120]
 Runs one `archsim serve g25-16s g15-16s ...` process per server count (both systems on the machine's cores),
-and prints each one's wall seconds and events, the total, the bar and the ratio.
+and prints each one's wall seconds and events, the total, the bar and the ratio. Warm means numba's cache and
+the step store (archsim.step_store) filled by an earlier run of the same source; the first run after an edit
+times the decode-step runs too (2-3 s per system and process).
 """
 
 from __future__ import annotations
