@@ -101,9 +101,9 @@ def test_energy_counts_every_token_the_engine_computed_with_recompute_preemption
     iterations: list[tuple[np.ndarray, np.ndarray]] = []
     real = engine._Engine._start_iteration
 
-    def spy(self, i, t, ids, news, prefill):
+    def spy(self, i, t, ids, news, prefill, **kw):
         iterations.append((self.ctx[ids].copy(), news.copy()))
-        return real(self, i, t, ids, news, prefill)
+        return real(self, i, t, ids, news, prefill, **kw)
 
     monkeypatch.setattr(engine._Engine, "fast_decode", False)
     monkeypatch.setattr(engine._Engine, "_start_iteration", spy)

@@ -14,6 +14,8 @@ from archsim.serving.scenario import load_scenario
 from archsim.step_store import remembered
 from archsim.system.config import load_system_config
 
+pytestmark = pytest.mark.component
+
 
 class Counted:
     def __init__(self, value: object) -> None:
