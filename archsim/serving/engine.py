@@ -515,6 +515,9 @@ class _Engine:
         # a batch of the same decoders steps on without being built again (_decode_on) unless iterations are
         # recorded or sequences change places between steps
         self.lean_steps = self.activity is None and not self.auto and self.speculation is None
+        # ... and a decode-only batch's cost is the table's function of (sequences, cached tokens) when it has one
+        decode_only = getattr(self.cost, "decode_only_ns", None)
+        self.decode_only_cost = decode_only if self.verifier is None and not self.auto else None
         first = np.nonzero(self.table.prev < 0)[0]
         if np.isnan(self.arrival[first]).any():
             r = int(first[np.isnan(self.arrival[first])][0])
@@ -1578,7 +1581,12 @@ class _Engine:
         on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news, on_pool, unshared)
-        compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale)
+        if unshared and self.decode_only_cost is not None:   # (what _compute_ns gives such a batch)
+            compute_ns, pnm_ns = self.decode_only_cost(len(ids), sum(cached.tolist()))
+            if self.units is None:
+                pnm_ns = 0.0
+        else:
+            compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale)
         work_ns = 0.0
         if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
             compute_ns -= pnm_ns
