@@ -140,23 +140,26 @@ class StepCostTable:
         new_list = new.tolist()
         tokens, sequences = sum(new_list), len(new_list)
         if tokens == sequences:  # every sequence decodes: the engine's common case, a function of (d, N) alone
+            n = sum(cached.tolist())
             if pool_scale == 1.0:
-                return self.decode_only_ns(sequences, sum(cached.tolist()))
-            d, n = sequences, sum(cached.tolist())
-            if len(self._seen) < 4096:
-                self._seen.append((d, n))
-            return self._priced(tokens, sequences, d, n, NO_PREFILL, pool_scale)
+                return self.decode_only_ns(sequences, n)
+            self._asked(sequences, n)
+            return self._priced(tokens, sequences, sequences, n, NO_PREFILL, pool_scale)
         decoding = new == 1
         d, n = int(decoding.sum()), int(cached[decoding].sum())
-        if d and len(self._seen) < 4096:
-            self._seen.append((d, n))
+        if d:
+            self._asked(d, n)
         prefill = prefill_layer_ns(self.system, self.workload, cached[~decoding], new[~decoding])
         return self._priced(tokens, sequences, d, n, prefill, pool_scale)
 
-    def decode_only_ns(self, d: int, n: int) -> tuple[float, float]:
-        """iteration_pnm_ns of d sequences each decoding one token over n cached tokens in all (memoized)."""
+    def _asked(self, d: int, n: int) -> None:
+        """Keep the first 4096 decode parts the run asked for, for check()."""
         if len(self._seen) < 4096:
             self._seen.append((d, n))
+
+    def decode_only_ns(self, d: int, n: int) -> tuple[float, float]:
+        """iteration_pnm_ns of d sequences each decoding one token over n cached tokens in all (memoized)."""
+        self._asked(d, n)
         hit = self._decode_only.get((d, n))
         if hit is None:
             hit = self._priced(d, d, d, n, NO_PREFILL, 1.0)

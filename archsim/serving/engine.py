@@ -514,10 +514,9 @@ class _Engine:
         wall = time.perf_counter()
         # a batch of the same decoders steps on without being built again (_decode_on) unless iterations are
         # recorded or sequences change places between steps
-        self.lean_steps = self.activity is None and not self.auto and self.speculation is None
+        self.lean_steps = self.activity is None and not self.auto
         # ... and a decode-only batch's cost is the table's function of (sequences, cached tokens) when it has one
-        decode_only = getattr(self.cost, "decode_only_ns", None)
-        self.decode_only_cost = decode_only if self.verifier is None and not self.auto else None
+        self.decode_only_cost = getattr(self.cost, "decode_only_ns", None) if not self.auto else None
         first = np.nonzero(self.table.prev < 0)[0]
         if np.isnan(self.arrival[first]).any():
             r = int(first[np.isnan(self.arrival[first])][0])
@@ -1328,12 +1327,13 @@ class _Engine:
         return self.base + self.res[ids] == self.pnm_index
 
     def _compute_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
-                    scale: float) -> tuple[float, float]:
+                    scale: float, unshared: bool = False) -> tuple[float, float]:
         """The target's part of an iteration, then the verifier's rows (a tree's own verifier model) on the same
-        GPUs; and the shared PNM units' part of it (0 unless they are modelled: `_build_units`)."""
+        GPUs; and the shared PNM units' part of it (0 unless they are modelled: `_build_units`). `unshared`: a
+        decode-only batch (one token each, no shared block)."""
         mine = self.table.verifier[ids] if self.verifier is not None else None
         if mine is None or not mine.any():
-            return self._target_ns(ids, cached, news, scale)
+            return self._target_ns(ids, cached, news, scale, unshared)
         assert self.verifier is not None
         self.verifier_passes += 1
         verify_ns = float(self.verifier.iteration_ns(cached[mine], news[mine]))
@@ -1345,7 +1345,10 @@ class _Engine:
         return target_ns + verify_ns, pnm_ns
 
     def _target_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
-                   scale: float) -> tuple[float, float]:
+                   scale: float, unshared: bool = False) -> tuple[float, float]:
+        if unshared and self.decode_only_cost is not None:   # a function of (sequences, cached tokens) alone
+            time_ns, pnm_ns = self.decode_only_cost(len(ids), sum(cached.tolist()))
+            return time_ns, pnm_ns if self.units is not None else 0.0
         if self.units is not None:
             time_ns, pnm_ns = self.cost.iteration_pnm_ns(cached, news, scale)
             return float(time_ns), float(pnm_ns)
@@ -1581,12 +1584,7 @@ class _Engine:
         on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news, on_pool, unshared)
-        if unshared and self.decode_only_cost is not None:   # (what _compute_ns gives such a batch)
-            compute_ns, pnm_ns = self.decode_only_cost(len(ids), sum(cached.tolist()))
-            if self.units is None:
-                pnm_ns = 0.0
-        else:
-            compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale)
+        compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale, unshared)
         work_ns = 0.0
         if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
             compute_ns -= pnm_ns
@@ -1637,24 +1635,18 @@ class _Engine:
         blocks that tier already held are not written again (a connector checks before it saves). `res`: the
         sequences' view tiers (a list), `any_prefill`: whether a prefill chunk is in the batch."""
         kvb = self.kvb
-        news_l = news.tolist()
-        if not any_prefill:            # decode only: every tier's tokens counted, nothing timed
-            counts: dict[int, int] = {}
-            for m, w in zip(news_l, res, strict=True):
-                counts[w] = counts.get(w, 0) + m
-            for v in sorted(counts):
-                size = float(counts[v] * kvb)
-                self.tier_write[self.base + v] += size
-                if self.base + v > 0:
-                    self._count_written(self.base + v, i, size)
-            return
-        prefill_l = prefill.tolist()
+        # per view tier, its tokens and those of prefill chunks: integer sums of the batch's few rows, in one pass
+        counts: dict[int, list[int]] = {}
+        for m, w, p in zip(news.tolist(), res, prefill.tolist() if any_prefill else repeat(False), strict=False):
+            c = counts.setdefault(w, [0, 0])
+            c[0] += m
+            if p:
+                c[1] += m
         timed = [0.0] * self.T
-        for v in sorted(set(res)):     # integer sums of the batch's few rows: exact in Python
-            size = float(sum(m for m, w in zip(news_l, res, strict=True) if w == v) * kvb)
+        for v in sorted(counts):
+            size, chunks = float(counts[v][0] * kvb), float(counts[v][1] * kvb)
             self.tier_write[self.base + v] += size
-            if self.base + v > 0:
-                chunks = float(sum(m for m, w, p in zip(news_l, res, prefill_l, strict=True) if w == v and p) * kvb)
+            if self.base + v > 0:      # decode appends counted, prefill chunks timed
                 timed[self.base + v] += chunks
                 self._count_written(self.base + v, i, size - chunks)
         if self.base == 0 and self.T > 1 and any_prefill:   # (no prefill chunk: no write-through)
