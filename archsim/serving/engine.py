@@ -483,6 +483,7 @@ class _Engine:
         # its last batch when that was every running sequence decoding one token (ids as a list too): the next
         # is the same while nothing joins, leaves or needs a block (`_same_decoders`)
         self.decoders: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[int]] | None] = [None] * k
+        self.lean_plan: list[tuple | None] = [None] * k    # _lean_plan of its last decoders (_start_decoders)
         self.queued_tokens = np.zeros(k, dtype=np.int64)   # input + output tokens of each instance's requests
         self.rr_next = 0
         self.heap: list[tuple[float, int, int, int]] = []        # arrivals
@@ -712,8 +713,51 @@ class _Engine:
         if not self._decoders_hold(i, ids_list):
             self._schedule(i, t)       # two of them now share a block: the batch is built again
         elif not self._stretch(i, t, ids):
-            self._start_iteration(i, t, ids, news, prefill, unshared=True)
+            self._start_decoders(i, t, ids, news, prefill, [c + 1 for c in ctx_l])
         return True
+
+    def _lean_plan(self, i: int, ids: np.ndarray) -> tuple:
+        """What every iteration of instance i's decode-only batch `ids` does alike while it stays the same batch:
+        (ids, whether _start_decoders may run it, which rows keep their KV in the pool (None without a pool),
+        the writes (tier, bytes, links the bytes are counted on) of one appended token each, by tier)."""
+        lean = self.verifier is None and self.decode_only_cost is not None and self.pool_l2 is None
+        res = self.res[ids].tolist()
+        on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
+        writes = [(self.base + v, float(res.count(v) * self.kvb),
+                   self._path(self.base + v, i) if self.base + v > 0 else ()) for v in sorted(set(res))]
+        return ids, lean, on_pool, writes
+
+    def _start_decoders(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
+                        ctx_l: list[int]) -> None:
+        """_start_iteration of the decode-only batch `ids` again (_decode_on), its contexts `ctx_l` (a list):
+        the same bookkeeping in the same order, from the batch's constants (_lean_plan)."""
+        plan = self.lean_plan[i]
+        if plan is None or plan[0] is not ids:
+            plan = self.lean_plan[i] = self._lean_plan(i, ids)
+        _, lean, on_pool, writes = plan
+        if not lean:
+            self._start_iteration(i, t, ids, news, prefill, unshared=True)
+            return
+        self.busy[i] = True
+        self.iter_start[i] = t
+        if self.l2 is not None:
+            self._sample_l2(ids, self.ctx[ids], self.iterations)
+        total = sum(ctx_l)
+        self.decode_tokens_read += total
+        pooled_tokens = 0
+        if on_pool is not None:        # as _decode_reads of a batch that shares nothing
+            read = sum(c for c, p in zip(ctx_l, on_pool, strict=True) if p)
+            self.pool_decode_tokens += read
+            self.pool_decode_fetched += read
+            pooled_tokens = read + on_pool.count(True)
+        compute_ns, pnm_ns = self.decode_only_cost(len(ctx_l), total)
+        work_ns = self._launch(i, t, (ids, news, prefill), compute_ns, pnm_ns if self.units is not None else 0.0)
+        if pooled_tokens:
+            self.pool_bytes.add(t, (t + work_ns) + self.launched_rest_ns, float(pooled_tokens * self.kvb))
+        for tier, size, path in writes:            # one appended token each: decode appends, counted
+            self.tier_write[tier] += size
+            for name in path:
+                self.written_bytes[name] += size
 
     def _build_batch(self, i: int, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None:
         """Decode tokens first, then prefills under way, then admissions, within the token budget. The flag
@@ -1585,32 +1629,18 @@ class _Engine:
         self._sample_l2(ids, cached, self.iterations)
         scale = self._decode_reads(ids, cached, news, on_pool, unshared)
         compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale, unshared)
-        work_ns = 0.0
-        if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
-            compute_ns -= pnm_ns
-            work_ns = pnm_ns / self.spec.instances
-        if self.speculation is not None:
-            compute_ns += self._speculate(ids, cached, news, prefill)
-        if self.coherence is not None:     # flushes, invalidations, snoops of its blocks in the shared pool
-            compute_ns += self._owed_ns(i)
-        self.batch[i] = (ids, news, prefill)
-        self.parts_left[i] = 1
-        if work_ns > 0:
-            self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
-            self.job_of[self.units.start(work_ns, self.server_of[i], t)] = (i, compute_ns)
-            self._recheck_units()
-        else:
-            heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
+        draft_ns = self._speculate(ids, cached, news, prefill) if self.speculation is not None else 0.0
+        work_ns = self._launch(i, t, (ids, news, prefill), compute_ns, pnm_ns, draft_ns)
         if on_pool is not None and any(on_pool):   # the pool's KV read (decode, prefixes, streams) and appended
             tokens = sum(c + m for c, m, p in zip(cached.tolist(), news.tolist(), on_pool, strict=True) if p)
-            self.pool_bytes.add(t, (t + work_ns) + compute_ns, float(tokens * self.kvb))  # (as it lasts alone)
+            self.pool_bytes.add(t, (t + work_ns) + self.launched_rest_ns, float(tokens * self.kvb))  # (alone)
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         if any_prefill:                            # what each request's prefills computed (its energy)
             rows, n, c = ids[prefill], news[prefill], cached[prefill]
             self.prefill_tokens[rows] += n
             self.prefill_pairs[rows] += n * c + n * (n + 1) // 2
-        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + compute_ns, res, any_prefill)
+        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + self.launched_rest_ns, res, any_prefill)
         if not self.any_streams and self.pool_l2 is None:   # no sequence ever streamed: nothing below to read
             return
         streaming = self.streams[ids]
@@ -1625,6 +1655,31 @@ class _Engine:
                 self.tier_read[self.base + v] += size
                 if self._transfer(self.base + v, size, X_ITER, i, t):
                     self.parts_left[i] += 1
+
+    def _launch(self, i: int, t: float, batch: tuple[np.ndarray, np.ndarray, np.ndarray], compute_ns: float,
+                pnm_ns: float, draft_ns: float = 0.0) -> float:
+        """Instance i's iteration of `batch` takes `compute_ns`, `pnm_ns` of it the decode attention at the shared
+        PNM units (0: none), then the draft's `draft_ns` and what it owes for coherence: its attention joins the
+        units' jobs, the rest follows it; or its end is set. Returns the job's work alone (ns, 0 without one);
+        `launched_rest_ns` keeps the time after it."""
+        work_ns = 0.0
+        if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
+            compute_ns -= pnm_ns
+            work_ns = pnm_ns / self.spec.instances
+        if self.speculation is not None:
+            compute_ns += draft_ns
+        if self.coherence is not None:     # flushes, invalidations, snoops of its blocks in the shared pool
+            compute_ns += self._owed_ns(i)
+        self.batch[i] = batch
+        self.parts_left[i] = 1
+        if work_ns > 0:
+            self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
+            self.job_of[self.units.start(work_ns, self.server_of[i], t)] = (i, compute_ns)
+            self._recheck_units()
+        else:
+            heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
+        self.launched_rest_ns = compute_ns
+        return work_ns
 
     def _iteration_writes(self, i: int, t: float, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
                           prefill: np.ndarray, compute_ns: float, res: list[int], any_prefill: bool) -> None:
