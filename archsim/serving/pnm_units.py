@@ -17,13 +17,121 @@ The interface is the links' (archsim.serving.transfers.LinkSharing): `start` a j
 job's queueing delay is its time at the units beyond its work; per server `summary` gives the jobs, their
 total and mean delay and the largest, and the units' busy time. Rates change only at arrivals and departures,
 so a job alone ends exactly `work` after it starts.
+
+The jobs live in arrays in arrival order and the clock's work is compiled (numba): every event updates each job's
+work left, as processor sharing must, and an iteration of the serving engine is two such events.
 """
 
 from __future__ import annotations
 
-import math
+import numpy as np
 
+from archsim.jit import njit
 from archsim.system.serving_config import PNM_SCHEDULING
+
+# the clock's scalars, kept in one float array the compiled functions update: its time, the busy time, and the
+# next completion at the current rates (time and job id; id -1 with no job), set whenever the jobs change
+NOW, BUSY, NEXT_NS, NEXT_ID = range(4)
+# rows of the jobs' arrays (slots in arrival order): floats F, ints I; and per server, floats S and ints C
+LEFT, RATE, ARRIVAL, WORK, DONE_NS = range(5)
+JID, SERVER, SHARED, DONE_ID = range(4)
+QUEUEING, MAX_QUEUEING = range(2)
+JOBS, AT_UNITS = range(2)
+
+
+@njit(cache=True)
+def _next(clock: np.ndarray, F: np.ndarray, n: int) -> tuple[float, int]:
+    """(time, slot) of the next job to finish at the current rates; slot -1 with none. Slots are in arrival
+    order: a tie keeps the earlier job, as (time, id) order."""
+    best_ns, best = np.inf, -1
+    now = clock[NOW]
+    for k in range(n):
+        rate = F[RATE, k]
+        if rate > 0:
+            done = now + F[LEFT, k] / rate
+            if done < best_ns:
+                best_ns, best = done, k
+    return best_ns, best
+
+
+@njit(cache=True)
+def _elapse(clock: np.ndarray, F: np.ndarray, n: int, t_ns: float) -> None:
+    dt = t_ns - clock[NOW]
+    if dt > 0 and n:
+        for k in range(n):
+            rate = F[RATE, k]
+            if rate > 0:
+                x = F[LEFT, k] - rate * dt
+                F[LEFT, k] = x if x > 0.0 else 0.0
+        clock[BUSY] += dt
+    if t_ns > clock[NOW]:
+        clock[NOW] = t_ns
+
+
+@njit(cache=True)
+def _rerate(fifo: bool, F: np.ndarray, I: np.ndarray, C: np.ndarray, n: int) -> None:
+    """FIFO: the oldest job alone; fair share: the rate split equally among the servers with jobs, a server's
+    share equally among its jobs. A job ever below the full rate is marked shared (a job alone runs at 1)."""
+    hosts = 0
+    for s in range(C.shape[1]):
+        if C[AT_UNITS, s]:
+            hosts += 1
+    for k in range(n):
+        if fifo:
+            F[RATE, k] = 1.0 if k == 0 else 0.0
+        else:
+            F[RATE, k] = 1.0 / (hosts * C[AT_UNITS, I[SERVER, k]])
+        if n > 1 and F[RATE, k] < 1.0:
+            I[SHARED, k] = 1
+
+
+@njit(cache=True)
+def _run(clock: np.ndarray, F: np.ndarray, I: np.ndarray, S: np.ndarray, C: np.ndarray, n: int, until_ns: float,
+         fifo: bool) -> tuple[int, int]:
+    """Move the clock to until_ns, finishing the jobs due by then in (time, id) order: each one's server counts
+    it and its queueing delay (its time beyond its work, if it ever shared the units). Returns (jobs left, jobs
+    finished); the finished ones' (time, id) are in the DONE rows."""
+    finished = 0
+    while True:
+        t, k = _next(clock, F, n)
+        if k < 0 or t > until_ns:
+            break
+        _elapse(clock, F, n, t)
+        s = I[SERVER, k]
+        beyond = t - F[ARRIVAL, k] - F[WORK, k]
+        wait = beyond if I[SHARED, k] and beyond > 0.0 else 0.0     # (Python's max(0.0, x), to the bit)
+        C[JOBS, s] += 1
+        S[QUEUEING, s] += wait
+        if wait > S[MAX_QUEUEING, s]:
+            S[MAX_QUEUEING, s] = wait
+        C[AT_UNITS, s] -= 1
+        F[DONE_NS, finished], I[DONE_ID, finished] = t, I[JID, k]
+        finished += 1
+        for m in range(k, n - 1):                 # the rest keep their arrival order
+            F[:DONE_NS, m] = F[:DONE_NS, m + 1]
+            I[:DONE_ID, m] = I[:DONE_ID, m + 1]
+        n -= 1
+        _rerate(fifo, F, I, C, n)
+    _elapse(clock, F, n, until_ns)
+    _note_next(clock, F, I, n)
+    return n, finished
+
+
+@njit(cache=True)
+def _note_next(clock: np.ndarray, F: np.ndarray, I: np.ndarray, n: int) -> None:
+    t, k = _next(clock, F, n)
+    clock[NEXT_NS], clock[NEXT_ID] = t, I[JID, k] if k >= 0 else -1
+
+
+@njit(cache=True)
+def _add(clock: np.ndarray, F: np.ndarray, I: np.ndarray, C: np.ndarray, n: int, job_id: int, work_ns: float,
+         server: int, now_ns: float, fifo: bool) -> None:
+    """A job in slot n (after the n there), then the rates."""
+    F[LEFT, n], F[ARRIVAL, n], F[WORK, n] = work_ns, now_ns, work_ns
+    I[JID, n], I[SERVER, n], I[SHARED, n] = job_id, server, 0
+    C[AT_UNITS, server] += 1
+    _rerate(fifo, F, I, C, n + 1)
+    _note_next(clock, F, I, n + 1)
 
 
 class PnmUnits:
@@ -33,21 +141,38 @@ class PnmUnits:
         if scheduling not in PNM_SCHEDULING:
             raise ValueError(f"unknown PNM scheduling {scheduling!r} (choose one of {', '.join(PNM_SCHEDULING)})")
         self.servers, self.scheduling = servers, scheduling
-        self.now_ns = 0.0
+        self._fifo = scheduling == "fifo"
+        self._clock = np.array([0.0, 0.0, np.inf, -1.0])
         self._next_id = 0
-        self._left: dict[int, float] = {}        # jobs at the units: work left (ns alone), in arrival order
-        self._rate: dict[int, float] = {}
-        self._job: dict[int, tuple[int, float, float]] = {}   # id -> (server, arrival ns, work ns)
-        self._shared: set[int] = set()           # jobs that ever ran below the units' full rate
-        self._per_server: dict[int, int] = {}    # jobs at the units from each server with any
+        self._n = 0                              # jobs at the units, in slots [0, n) in arrival order
+        self._F = np.zeros((5, 8), dtype=np.float64)
+        self._I = np.zeros((4, 8), dtype=np.int64)
+        self._S = np.zeros((2, servers), dtype=np.float64)
+        self._C = np.zeros((2, servers), dtype=np.int64)
         self._clear_ns = -1.0                    # advanced to here, nothing more done by then
-        self.jobs = [0] * servers
-        self.queueing_ns = [0.0] * servers
-        self.max_queueing_ns = [0.0] * servers
-        self.busy_ns = 0.0
 
     def __len__(self) -> int:
-        return len(self._left)
+        return self._n
+
+    @property
+    def now_ns(self) -> float:
+        return float(self._clock[NOW])
+
+    @property
+    def busy_ns(self) -> float:
+        return float(self._clock[BUSY])
+
+    @property
+    def jobs(self) -> list[int]:
+        return self._C[JOBS].tolist()
+
+    @property
+    def queueing_ns(self) -> list[float]:
+        return self._S[QUEUEING].tolist()
+
+    @property
+    def max_queueing_ns(self) -> list[float]:
+        return self._S[MAX_QUEUEING].tolist()
 
     def start(self, work_ns: float, server: int, now_ns: float) -> int:
         """A job of `work_ns` (> 0) from `server` arrives now; returns its id. The caller `advance`s to now first:
@@ -56,25 +181,20 @@ class PnmUnits:
             raise ValueError(f"a job's work must be positive, got {work_ns} ns")
         if now_ns != self._clear_ns and self._run(now_ns):
             raise RuntimeError(f"jobs finished by {now_ns} ns were not advanced to before a new one started")
+        n = self._n
+        if n == self._F.shape[1]:                # room for twice as many, keeping those there
+            self._F = np.concatenate([self._F, np.zeros_like(self._F)], axis=1)
+            self._I = np.concatenate([self._I, np.zeros_like(self._I)], axis=1)
         jid = self._next_id
         self._next_id += 1
-        self._left[jid] = float(work_ns)
-        self._job[jid] = (server, now_ns, float(work_ns))
-        self._per_server[server] = self._per_server.get(server, 0) + 1
-        self._rerate()
+        _add(self._clock, self._F, self._I, self._C, n, jid, float(work_ns), server, now_ns, self._fifo)
+        self._n = n + 1
         return jid
 
     def next_completion(self) -> tuple[float, int] | None:
         """(time_ns, id) of the next job to finish at the current rates; None with no job."""
-        best_ns, best = math.inf, -1
-        now, rates = self.now_ns, self._rate
-        for jid, left in self._left.items():     # ids ascend: a tie keeps the earlier job, as (time, id) order
-            rate = rates[jid]
-            if rate > 0:
-                done = now + left / rate
-                if done < best_ns:
-                    best_ns, best = done, jid
-        return (best_ns, best) if best >= 0 else None
+        t_ns, jid = self._clock[NEXT_NS:].tolist()
+        return (t_ns, int(jid)) if jid >= 0 else None
 
     def advance(self, now_ns: float) -> list[tuple[float, int]]:
         """Move the clock to now_ns; the jobs finished by then as (time_ns, id), in that order."""
@@ -83,69 +203,35 @@ class PnmUnits:
     def ran_alone(self, server: int, starts_ns: list[float], works_ns: list[float]) -> None:
         """Count jobs that ran alone at the units, each starting at its `starts_ns` (the serving engine's decode
         stretch runs them without events): what start and advance would have counted, bit for bit."""
+        busy = float(self._clock[BUSY])
         for start, work in zip(starts_ns, works_ns, strict=True):
-            self.busy_ns += (start + work) - start
-            self.jobs[server] += 1
+            busy += (start + work) - start
+        self._clock[BUSY] = busy
+        self._C[JOBS, server] += len(starts_ns)
 
     def _run(self, until_ns: float) -> list[tuple[float, int]]:
-        if not until_ns >= self.now_ns:
+        if not until_ns >= self._clock[NOW]:
             raise ValueError(f"time runs backwards: {until_ns} ns after {self.now_ns} ns")
-        done = []
-        while True:
-            nxt = self.next_completion()
-            if nxt is None or nxt[0] > until_ns:
-                break
-            t, jid = nxt
-            self._elapse(t)
-            del self._left[jid], self._rate[jid]
-            server, arrival, work = self._job.pop(jid)
-            left = self._per_server[server] - 1
-            if left:
-                self._per_server[server] = left
-            else:
-                del self._per_server[server]
-            wait = max(0.0, t - arrival - work) if jid in self._shared else 0.0
-            self._shared.discard(jid)
-            self.jobs[server] += 1
-            self.queueing_ns[server] += wait
-            self.max_queueing_ns[server] = max(self.max_queueing_ns[server], wait)
-            done.append((t, jid))
-            self._rerate()
-        self._elapse(until_ns)
+        if not self._n:                          # nothing to finish: the clock alone moves
+            if until_ns > self._clock[NOW]:
+                self._clock[NOW] = until_ns
+            self._clear_ns = until_ns
+            return []
+        self._n, finished = _run(self._clock, self._F, self._I, self._S, self._C, self._n, until_ns, self._fifo)
         self._clear_ns = until_ns
-        return done
-
-    def _elapse(self, t_ns: float) -> None:
-        dt = t_ns - self.now_ns
-        if dt > 0 and self._left:
-            left = self._left
-            for jid, rate in self._rate.items():
-                if rate > 0:
-                    x = left[jid] - rate * dt
-                    left[jid] = x if x > 0.0 else 0.0      # max(0.0, x), without the call
-            self.busy_ns += dt
-        if t_ns > self.now_ns:
-            self.now_ns = t_ns
-
-    def _rerate(self) -> None:
-        if self.scheduling == "fifo":            # the oldest job alone (ids grow with arrivals)
-            head = min(self._left, default=None)
-            self._rate = {jid: 1.0 if jid == head else 0.0 for jid in self._left}
-        else:
-            job, per_server = self._job, self._per_server
-            hosts = len(per_server)
-            self._rate = {jid: 1.0 / (hosts * per_server[job[jid][0]]) for jid in self._left}
-        if len(self._rate) > 1:        # a job alone runs at the full rate, under either discipline
-            self._shared.update(jid for jid, rate in self._rate.items() if rate < 1.0)
+        if not finished:
+            return []
+        return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_ID, :finished].tolist(), strict=True))
 
     def summary(self, span_ns: float) -> dict[str, object]:
         """The run's jobs and their queueing delays, per server and in all; the units' busy share of `span_ns`."""
-        servers = [{"jobs": self.jobs[s], "queueing_ms_total": self.queueing_ns[s] / 1e6,
-                    "queueing_ms_mean": self.queueing_ns[s] / self.jobs[s] / 1e6 if self.jobs[s] else None,
-                    "queueing_ms_max": self.max_queueing_ns[s] / 1e6} for s in range(self.servers)]
-        jobs, total = sum(self.jobs), sum(self.queueing_ns)
-        return {"scheduling": self.scheduling, "jobs": jobs, "queueing_ms_total": total / 1e6,
-                "queueing_ms_mean": total / jobs / 1e6 if jobs else None,
+        jobs, queueing, max_queueing = self.jobs, self.queueing_ns, self.max_queueing_ns
+        servers = [{"jobs": jobs[s], "queueing_ms_total": queueing[s] / 1e6,
+                    "queueing_ms_mean": queueing[s] / jobs[s] / 1e6 if jobs[s] else None,
+                    "queueing_ms_max": max_queueing[s] / 1e6} for s in range(self.servers)]
+        total_jobs, total = sum(jobs), sum(queueing)
+        return {"scheduling": self.scheduling, "jobs": total_jobs, "queueing_ms_total": total / 1e6,
+                "queueing_ms_mean": total / total_jobs / 1e6 if total_jobs else None,
                 "busy_fraction": self.busy_ns / span_ns if span_ns > 0 else None, "servers": servers}
 
 
