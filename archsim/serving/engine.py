@@ -365,7 +365,6 @@ class _Engine:
             return
         self.units = PnmUnits(self.servers, self.spec.pnm_scheduling)
         self.unit_version = 0
-        self.job_of: dict[int, tuple[int, float]] = {}     # job id -> (instance, the iteration's time after it)
 
     def _build_coherence(self) -> None:
         """Several servers sharing a pool tier: which server holds lines of which of its blocks and version
@@ -1674,7 +1673,7 @@ class _Engine:
         self.parts_left[i] = 1
         if work_ns > 0:
             self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
-            self.job_of[self.units.start(work_ns, self.server_of[i], t)] = (i, compute_ns)
+            self.units.start(work_ns, self.server_of[i], t, i, compute_ns)  # (the iteration's time after it)
             self._recheck_units()
         else:
             heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
@@ -1934,8 +1933,7 @@ class _Engine:
 
     def _units_done(self, t: float) -> None:
         """The jobs the units finished by t: the rest of each one's iteration follows."""
-        for t_done, jid in self.units.advance(t):
-            i, rest_ns = self.job_of.pop(jid)
+        for t_done, i, rest_ns in self.units.advance_owned(t):
             heapq.heappush(self.iter_heap, (t_done + rest_ns, EV_ITER, i, 0))
 
     def _link_check(self, version: int, t: float) -> None:

@@ -32,9 +32,10 @@ from archsim.system.serving_config import PNM_SCHEDULING
 # the clock's scalars, kept in one float array the compiled functions update: its time, the busy time, and the
 # next completion at the current rates (time and job id; id -1 with no job), set whenever the jobs change
 NOW, BUSY, NEXT_NS, NEXT_ID = range(4)
-# rows of the jobs' arrays (slots in arrival order): floats F, ints I; and per server, floats S and ints C
-LEFT, RATE, ARRIVAL, WORK, DONE_NS = range(5)
-JID, SERVER, SHARED, DONE_ID = range(4)
+# rows of the jobs' arrays (slots in arrival order): floats F, ints I; and per server, floats S and ints C. A job
+# carries its owner's (the serving engine's instance) time after it (REST); the DONE rows list the jobs a run finished
+LEFT, RATE, ARRIVAL, WORK, REST, DONE_NS, DONE_REST = range(7)
+JID, SERVER, SHARED, OWNER, DONE_ID, DONE_OWNER = range(6)
 QUEUEING, MAX_QUEUEING = range(2)
 JOBS, AT_UNITS = range(2)
 
@@ -106,6 +107,7 @@ def _run(clock: np.ndarray, F: np.ndarray, I: np.ndarray, S: np.ndarray, C: np.n
             S[MAX_QUEUEING, s] = wait
         C[AT_UNITS, s] -= 1
         F[DONE_NS, finished], I[DONE_ID, finished] = t, I[JID, k]
+        F[DONE_REST, finished], I[DONE_OWNER, finished] = F[REST, k], I[OWNER, k]
         finished += 1
         for m in range(k, n - 1):                 # the rest keep their arrival order
             F[:DONE_NS, m] = F[:DONE_NS, m + 1]
@@ -125,10 +127,10 @@ def _note_next(clock: np.ndarray, F: np.ndarray, I: np.ndarray, n: int) -> None:
 
 @njit(cache=True)
 def _add(clock: np.ndarray, F: np.ndarray, I: np.ndarray, C: np.ndarray, n: int, job_id: int, work_ns: float,
-         server: int, now_ns: float, fifo: bool) -> None:
+         server: int, now_ns: float, fifo: bool, owner: int, rest_ns: float) -> None:
     """A job in slot n (after the n there), then the rates."""
-    F[LEFT, n], F[ARRIVAL, n], F[WORK, n] = work_ns, now_ns, work_ns
-    I[JID, n], I[SERVER, n], I[SHARED, n] = job_id, server, 0
+    F[LEFT, n], F[ARRIVAL, n], F[WORK, n], F[REST, n] = work_ns, now_ns, work_ns, rest_ns
+    I[JID, n], I[SERVER, n], I[SHARED, n], I[OWNER, n] = job_id, server, 0, owner
     C[AT_UNITS, server] += 1
     _rerate(fifo, F, I, C, n + 1)
     _note_next(clock, F, I, n + 1)
@@ -145,14 +147,20 @@ class PnmUnits:
         self._clock = np.array([0.0, 0.0, np.inf, -1.0])
         self._next_id = 0
         self._n = 0                              # jobs at the units, in slots [0, n) in arrival order
-        self._F = np.zeros((5, 8), dtype=np.float64)
-        self._I = np.zeros((4, 8), dtype=np.int64)
+        self._F = np.zeros((7, 8), dtype=np.float64)
+        self._I = np.zeros((6, 8), dtype=np.int64)
         self._S = np.zeros((2, servers), dtype=np.float64)
         self._C = np.zeros((2, servers), dtype=np.int64)
         self._clear_ns = -1.0                    # advanced to here, nothing more done by then
 
     def __len__(self) -> int:
         return self._n
+
+    def _reserve(self, jobs: int) -> None:
+        """Room for `jobs` jobs at once, keeping those there."""
+        while self._F.shape[1] < jobs:
+            self._F = np.concatenate([self._F, np.zeros_like(self._F)], axis=1)
+            self._I = np.concatenate([self._I, np.zeros_like(self._I)], axis=1)
 
     @property
     def now_ns(self) -> float:
@@ -174,20 +182,20 @@ class PnmUnits:
     def max_queueing_ns(self) -> list[float]:
         return self._S[MAX_QUEUEING].tolist()
 
-    def start(self, work_ns: float, server: int, now_ns: float) -> int:
+    def start(self, work_ns: float, server: int, now_ns: float, owner: int = -1, rest_ns: float = 0.0) -> int:
         """A job of `work_ns` (> 0) from `server` arrives now; returns its id. The caller `advance`s to now first:
-        a job finishing by now must be handed over, not finished unseen here."""
+        a job finishing by now must be handed over, not finished unseen here. `owner` and `rest_ns` come back
+        with it from `advance_owned`."""
         if not work_ns > 0:
             raise ValueError(f"a job's work must be positive, got {work_ns} ns")
         if now_ns != self._clear_ns and self._run(now_ns):
             raise RuntimeError(f"jobs finished by {now_ns} ns were not advanced to before a new one started")
         n = self._n
-        if n == self._F.shape[1]:                # room for twice as many, keeping those there
-            self._F = np.concatenate([self._F, np.zeros_like(self._F)], axis=1)
-            self._I = np.concatenate([self._I, np.zeros_like(self._I)], axis=1)
+        self._reserve(n + 1)
         jid = self._next_id
         self._next_id += 1
-        _add(self._clock, self._F, self._I, self._C, n, jid, float(work_ns), server, now_ns, self._fifo)
+        _add(self._clock, self._F, self._I, self._C, n, jid, float(work_ns), server, now_ns, self._fifo, owner,
+             rest_ns)
         self._n = n + 1
         return jid
 
@@ -198,7 +206,14 @@ class PnmUnits:
 
     def advance(self, now_ns: float) -> list[tuple[float, int]]:
         """Move the clock to now_ns; the jobs finished by then as (time_ns, id), in that order."""
-        return self._run(now_ns)
+        finished = self._run(now_ns)
+        return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_ID, :finished].tolist(), strict=True))
+
+    def advance_owned(self, now_ns: float) -> list[tuple[float, int, float]]:
+        """advance, each finished job as (time_ns, owner, rest_ns) as `start` was given them."""
+        finished = self._run(now_ns)
+        return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_OWNER, :finished].tolist(),
+                        self._F[DONE_REST, :finished].tolist(), strict=True))
 
     def ran_alone(self, server: int, starts_ns: list[float], works_ns: list[float]) -> None:
         """Count jobs that ran alone at the units, each starting at its `starts_ns` (the serving engine's decode
@@ -209,19 +224,18 @@ class PnmUnits:
         self._clock[BUSY] = busy
         self._C[JOBS, server] += len(starts_ns)
 
-    def _run(self, until_ns: float) -> list[tuple[float, int]]:
+    def _run(self, until_ns: float) -> int:
+        """Advance to until_ns; the number of jobs finished (their rows DONE_*)."""
         if not until_ns >= self._clock[NOW]:
             raise ValueError(f"time runs backwards: {until_ns} ns after {self.now_ns} ns")
         if not self._n:                          # nothing to finish: the clock alone moves
             if until_ns > self._clock[NOW]:
                 self._clock[NOW] = until_ns
             self._clear_ns = until_ns
-            return []
+            return 0
         self._n, finished = _run(self._clock, self._F, self._I, self._S, self._C, self._n, until_ns, self._fifo)
         self._clear_ns = until_ns
-        if not finished:
-            return []
-        return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_ID, :finished].tolist(), strict=True))
+        return finished
 
     def summary(self, span_ns: float) -> dict[str, object]:
         """The run's jobs and their queueing delays, per server and in all; the units' busy share of `span_ns`."""
