@@ -711,7 +711,7 @@ class _Engine:
             out_a[r] = o + 1
         if not self._decoders_hold(i, ids_list):
             self._schedule(i, t)       # two of them now share a block: the batch is built again
-        elif not self._stretch(i, t, ids):
+        elif (self.units is not None and len(self.units)) or not self._stretch(i, t, ids):  # (no stretch then)
             self._start_decoders(i, t, ids, news, prefill, [c + 1 for c in ctx_l])
         return True
 

@@ -207,11 +207,15 @@ class PnmUnits:
     def advance(self, now_ns: float) -> list[tuple[float, int]]:
         """Move the clock to now_ns; the jobs finished by then as (time_ns, id), in that order."""
         finished = self._run(now_ns)
+        if not finished:
+            return []
         return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_ID, :finished].tolist(), strict=True))
 
     def advance_owned(self, now_ns: float) -> list[tuple[float, int, float]]:
         """advance, each finished job as (time_ns, owner, rest_ns) as `start` was given them."""
         finished = self._run(now_ns)
+        if not finished:
+            return []
         return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_OWNER, :finished].tolist(),
                         self._F[DONE_REST, :finished].tolist(), strict=True))
 

@@ -10,6 +10,7 @@ flows from several GPUs meet on the switch's pool port and share it max-min fair
 from __future__ import annotations
 
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 from archsim.interconnect import Flow, FlowSchedule, Topology, simulate_flows
 from archsim.kvlayout import KvGeometry
@@ -47,9 +48,22 @@ class LayerTraffic:
         return max((u.peak_rate_GBps / u.capacity_GBps for s in self.schedules for u in s.links), default=0.0)
 
 
+_SHARES: WeakKeyDictionary = WeakKeyDictionary()   # topology -> {(gpus, src_of, dst_of): share}: it never changes
+
+
 def analytic_share_GBps(topology: Topology, gpus: list[str], src_of: str | None, dst_of: str | None) -> float:
     """Closed-form check of the flow model: each GPU's rate if every shared link direction were split evenly
-    among the GPUs crossing it (the smallest such share over the route). One of src_of/dst_of is the home."""
+    among the GPUs crossing it (the smallest such share over the route). One of src_of/dst_of is the home.
+    Memoized per topology (a serving run asks at every prefill chunk)."""
+    memo = _SHARES.setdefault(topology, {})
+    key = (tuple(gpus), src_of, dst_of)
+    share = memo.get(key)
+    if share is None:
+        share = memo[key] = _even_share_GBps(topology, gpus, src_of, dst_of)
+    return share
+
+
+def _even_share_GBps(topology: Topology, gpus: list[str], src_of: str | None, dst_of: str | None) -> float:
     routes = [topology.route(src_of or g, dst_of or g) for g in gpus]
     users: dict[int, int] = {}
     for r in routes:
