@@ -106,3 +106,28 @@ def test_a_job_finishing_as_another_starts_is_never_finished_unseen():
     assert units.advance(10.0) == [(10.0, first)]
     second = units.start(5.0, 1, 10.0)
     assert units.advance(15.0) == [(15.0, second)]
+
+
+def _owned_run(scheduling: str) -> tuple[PnmUnits, list[tuple[float, int, float]]]:
+    """20 jobs arriving at once, job k of server k % 3 with work 1 + k ns, owner 100 + k and rest k / 2 ns, run
+    out through advance_owned."""
+    units = PnmUnits(3, scheduling)
+    for k in range(20):
+        units.start(1.0 + k, k % 3, 0.0, owner=100 + k, rest_ns=k / 2)
+    seen = []
+    while (nxt := units.next_completion()) is not None:
+        seen.extend(units.advance_owned(nxt[0]))
+    return units, seen
+
+
+@pytest.mark.parametrize("scheduling", ["fifo", "fair_share"])
+def test_finished_jobs_come_back_with_their_owner_and_the_time_after_them(scheduling):
+    """advance_owned hands the serving engine each finished job's instance and the rest of its iteration, in
+    time order, with more jobs at once than the units first had room for."""
+    units, seen = _owned_run(scheduling)
+    assert sorted((owner, rest) for _, owner, rest in seen) == [(100 + k, k / 2) for k in range(20)]
+    assert [t for t, _, _ in seen] == sorted(t for t, _, _ in seen)
+    assert units.jobs == [7, 7, 6] and len(units) == 0 and units.advance_owned(units.now_ns) == []
+    if scheduling == "fifo":      # one at a time in arrival order: job k ends after the work of jobs 0..k
+        assert [(t, owner) for t, owner, _ in seen] == [(sum(1.0 + j for j in range(k + 1)), 100 + k)
+                                                        for k in range(20)]
