@@ -131,3 +131,20 @@ def test_finished_jobs_come_back_with_their_owner_and_the_time_after_them(schedu
     if scheduling == "fifo":      # one at a time in arrival order: job k ends after the work of jobs 0..k
         assert [(t, owner) for t, owner, _ in seen] == [(sum(1.0 + j for j in range(k + 1)), 100 + k)
                                                         for k in range(20)]
+
+
+@pytest.mark.parametrize("scheduling", ["fifo", "fair_share"])
+def test_start_owned_is_advance_owned_then_start(scheduling):
+    """The engine's one call per iteration (start_owned) leaves the units as advancing and then starting does,
+    bit for bit, and hands over the same finished jobs."""
+    rng = random.Random(7)
+    jobs = sorted((rng.uniform(0, 50), rng.uniform(0.5, 5.0), rng.randrange(3)) for _ in range(60))
+    one, two = PnmUnits(3, scheduling), PnmUnits(3, scheduling)
+    for k, (arrival, work, server) in enumerate(jobs):
+        handed = one.start_owned(work, server, arrival, k, work / 3)
+        assert handed == two.advance_owned(arrival)
+        two.start(work, server, arrival, k, work / 3)
+        assert one.next_completion() == two.next_completion() and one.busy_ns == two.busy_ns
+    assert one.queueing_ns == two.queueing_ns and one.jobs == two.jobs
+    with pytest.raises(ValueError, match="backwards"):
+        one.start_owned(1.0, 0, 0.0, 0, 0.0)

@@ -1671,9 +1671,9 @@ class _Engine:
             compute_ns += self._owed_ns(i)
         self.batch[i] = batch
         self.parts_left[i] = 1
-        if work_ns > 0:
-            self._units_done(t)  # a job ending now (its event not yet taken) is handed over first
-            self.units.start(work_ns, self.server_of[i], t, i, compute_ns)  # (the iteration's time after it)
+        if work_ns > 0:          # a job ending now (its event not yet taken) is handed over first
+            for t_done, j, rest_ns in self.units.start_owned(work_ns, self.server_of[i], t, i, compute_ns):
+                heapq.heappush(self.iter_heap, (t_done + rest_ns, EV_ITER, j, 0))
             self._recheck_units()
         else:
             heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))

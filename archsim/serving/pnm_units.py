@@ -136,6 +136,16 @@ def _add(clock: np.ndarray, F: np.ndarray, I: np.ndarray, C: np.ndarray, n: int,
     _note_next(clock, F, I, n + 1)
 
 
+@njit(cache=True)
+def _run_and_add(clock: np.ndarray, F: np.ndarray, I: np.ndarray, S: np.ndarray, C: np.ndarray, n: int,
+                 now_ns: float, fifo: bool, job_id: int, work_ns: float, server: int, owner: int,
+                 rest_ns: float) -> int:
+    """_run to now, then _add a job: one call for the serving engine's every iteration. Returns jobs finished."""
+    n, finished = _run(clock, F, I, S, C, n, now_ns, fifo)
+    _add(clock, F, I, C, n, job_id, work_ns, server, now_ns, fifo, owner, rest_ns)
+    return finished
+
+
 class PnmUnits:
     """The shared units and the jobs at them; see the module docstring."""
 
@@ -199,6 +209,21 @@ class PnmUnits:
         self._n = n + 1
         return jid
 
+    def start_owned(self, work_ns: float, server: int, now_ns: float, owner: int, rest_ns: float) \
+            -> list[tuple[float, int, float]]:
+        """advance_owned(now_ns), then start the job (its id is not needed): the jobs finished by now."""
+        if not work_ns > 0:
+            raise ValueError(f"a job's work must be positive, got {work_ns} ns")
+        if not now_ns >= self._clock[NOW]:
+            raise ValueError(f"time runs backwards: {now_ns} ns after {self.now_ns} ns")
+        self._reserve(self._n + 1)
+        finished = _run_and_add(self._clock, self._F, self._I, self._S, self._C, self._n, now_ns, self._fifo,
+                                self._next_id, float(work_ns), server, owner, rest_ns)
+        self._n += 1 - finished
+        self._next_id += 1
+        self._clear_ns = now_ns
+        return self._owned(finished)
+
     def next_completion(self) -> tuple[float, int] | None:
         """(time_ns, id) of the next job to finish at the current rates; None with no job."""
         t_ns, jid = self._clock[NEXT_NS:].tolist()
@@ -213,7 +238,10 @@ class PnmUnits:
 
     def advance_owned(self, now_ns: float) -> list[tuple[float, int, float]]:
         """advance, each finished job as (time_ns, owner, rest_ns) as `start` was given them."""
-        finished = self._run(now_ns)
+        return self._owned(self._run(now_ns))
+
+    def _owned(self, finished: int) -> list[tuple[float, int, float]]:
+        """The last run's `finished` jobs as (time_ns, owner, rest_ns)."""
         if not finished:
             return []
         return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_OWNER, :finished].tolist(),
