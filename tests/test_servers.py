@@ -260,3 +260,21 @@ def test_a_server_alone_at_the_pnm_units_waits_nothing_and_one_server_keeps_the_
     # one server: no units modelled, every step at the table's price (every instance attending at once)
     res, step, rest, work = _pnm_runs("fifo", (800, 800), servers=1, gap_ns=1e9)
     assert step == pytest.approx(rest + 2 * work, rel=1e-12) and "pnm_units" not in summarize(res)
+
+
+def test_a_decode_batch_stepping_on_lean_gives_the_generic_paths_run_bit_for_bit(monkeypatch):
+    """The lean step of an unchanged decode-only batch (_Engine._decode_on with _start_decoders, and the shared PNM
+    units' one call per iteration) against every iteration built and started the generic way: the same run, every
+    figure and every request's times bit for bit, 16 servers at the shared units."""
+    from archsim.serving import engine
+    from tests.test_serving_system import _serve
+
+    _, _, cost, lean = _serve("g25-16s", "shared-prefix", 320)
+    monkeypatch.setattr(engine._Engine, "_decode_on", lambda self, i, t: False)
+    _, _, _, generic = _serve("g25-16s", "shared-prefix", 320, cost=cost)
+    assert lean.iterations == generic.iterations > 320 * 8
+    for field in ("first_token_ns", "last_token_ns", "instance", "decode_tokens", "decode_pairs"):
+        assert np.array_equal(getattr(lean, field), getattr(generic, field)), field
+    timed = {"events_per_s"}           # the run's own wall clock
+    assert {k: v for k, v in summarize(lean).items() if k not in timed} == \
+        {k: v for k, v in summarize(generic).items() if k not in timed}

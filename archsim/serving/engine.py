@@ -693,10 +693,12 @@ class _Engine:
         ids, news, prefill, ids_list = self.decoders[i]
         if self.running[i] != ids_list or self.waiting[i] or self.landing[i]:
             return False
+        plan = self.lean_plan[i]
+        if plan is None or plan[0] is not ids:
+            plan = self.lean_plan[i] = self._lean_plan(i, ids)
         ctx_l, out_l = self.ctx[ids].tolist(), self.out_done[ids].tolist()
-        out_tokens, nheld, bt = self.out_tokens, self.nheld, self.bt
-        for r, c, o in zip(ids_list, ctx_l, out_l, strict=True):
-            if o + 1 >= out_tokens[r] or c + 2 > nheld[r] * bt:
+        for c, o, (out_last, ctx_last) in zip(ctx_l, out_l, plan[4], strict=True):
+            if o > out_last or c > ctx_last:
                 return False           # it finishes now, or its next token starts a block
         self.batch[i] = None
         self.last_step_ns[i] = t - self.iter_start[i]
@@ -718,13 +720,16 @@ class _Engine:
     def _lean_plan(self, i: int, ids: np.ndarray) -> tuple:
         """What every iteration of instance i's decode-only batch `ids` does alike while it stays the same batch:
         (ids, whether _start_decoders may run it, which rows keep their KV in the pool (None without a pool),
-        the writes (tier, bytes, links the bytes are counted on) of one appended token each, by tier)."""
+        the writes (tier, bytes, links the bytes are counted on) of one appended token each, by tier, and each
+        row's last (tokens emitted, context) from which it steps on lean (_decode_on): it holds its blocks while
+        it is the same batch)."""
         lean = self.verifier is None and self.decode_only_cost is not None and self.pool_l2 is None
         res = self.res[ids].tolist()
         on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         writes = [(self.base + v, float(res.count(v) * self.kvb),
                    self._path(self.base + v, i) if self.base + v > 0 else ()) for v in sorted(set(res))]
-        return ids, lean, on_pool, writes
+        last = list(zip((self.out_tokens[ids] - 2).tolist(), (self.nheld[ids] * self.bt - 2).tolist(), strict=True))
+        return ids, lean, on_pool, writes, last
 
     def _start_decoders(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
                         ctx_l: list[int]) -> None:
@@ -733,7 +738,7 @@ class _Engine:
         plan = self.lean_plan[i]
         if plan is None or plan[0] is not ids:
             plan = self.lean_plan[i] = self._lean_plan(i, ids)
-        _, lean, on_pool, writes = plan
+        _, lean, on_pool, writes, _ = plan
         if not lean:
             self._start_iteration(i, t, ids, news, prefill, unshared=True)
             return

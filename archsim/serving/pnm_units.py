@@ -214,9 +214,10 @@ class PnmUnits:
         """advance_owned(now_ns), then start the job (its id is not needed): the jobs finished by now."""
         if not work_ns > 0:
             raise ValueError(f"a job's work must be positive, got {work_ns} ns")
-        if not now_ns >= self._clock[NOW]:
+        if not now_ns >= self._clock.item(NOW):
             raise ValueError(f"time runs backwards: {now_ns} ns after {self.now_ns} ns")
-        self._reserve(self._n + 1)
+        if self._n == self._F.shape[1]:
+            self._reserve(self._n + 1)
         finished = _run_and_add(self._clock, self._F, self._I, self._S, self._C, self._n, now_ns, self._fifo,
                                 self._next_id, float(work_ns), server, owner, rest_ns)
         self._n += 1 - finished
@@ -242,8 +243,9 @@ class PnmUnits:
 
     def _owned(self, finished: int) -> list[tuple[float, int, float]]:
         """The last run's `finished` jobs as (time_ns, owner, rest_ns)."""
-        if not finished:
-            return []
+        if finished < 2:               # (the engine's common case: one job a call, read without slicing)
+            return [(self._F.item(DONE_NS, 0), self._I.item(DONE_OWNER, 0), self._F.item(DONE_REST, 0))] \
+                if finished else []
         return list(zip(self._F[DONE_NS, :finished].tolist(), self._I[DONE_OWNER, :finished].tolist(),
                         self._F[DONE_REST, :finished].tolist(), strict=True))
 
