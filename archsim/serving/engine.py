@@ -714,7 +714,7 @@ class _Engine:
         if not self._decoders_hold(i, ids_list):
             self._schedule(i, t)       # two of them now share a block: the batch is built again
         elif (self.units is not None and len(self.units)) or not self._stretch(i, t, ids):  # (no stretch then)
-            self._start_decoders(i, t, ids, news, prefill, [c + 1 for c in ctx_l])
+            self._start_decoders(i, t, plan, news, prefill, [c + 1 for c in ctx_l])
         return True
 
     def _lean_plan(self, i: int, ids: np.ndarray) -> tuple:
@@ -731,14 +731,11 @@ class _Engine:
         last = list(zip((self.out_tokens[ids] - 2).tolist(), (self.nheld[ids] * self.bt - 2).tolist(), strict=True))
         return ids, lean, on_pool, writes, last
 
-    def _start_decoders(self, i: int, t: float, ids: np.ndarray, news: np.ndarray, prefill: np.ndarray,
+    def _start_decoders(self, i: int, t: float, plan: tuple, news: np.ndarray, prefill: np.ndarray,
                         ctx_l: list[int]) -> None:
-        """_start_iteration of the decode-only batch `ids` again (_decode_on), its contexts `ctx_l` (a list):
-        the same bookkeeping in the same order, from the batch's constants (_lean_plan)."""
-        plan = self.lean_plan[i]
-        if plan is None or plan[0] is not ids:
-            plan = self.lean_plan[i] = self._lean_plan(i, ids)
-        _, lean, on_pool, writes, _ = plan
+        """_start_iteration of the decode-only batch of `plan` (its _lean_plan) again (_decode_on), its contexts
+        `ctx_l` (a list): the same bookkeeping in the same order, from the batch's constants."""
+        ids, lean, on_pool, writes, _ = plan
         if not lean:
             self._start_iteration(i, t, ids, news, prefill, unshared=True)
             return
