@@ -99,14 +99,15 @@ def test_energy_counts_every_token_the_engine_computed_with_recompute_preemption
     scenario_set = ["scenario.arrivals.users=64", "scenario.reasoning.output={dist: uniform, min: 4096, max: 12288}"]
     config, workload, _, _ = _built("gpu-hbm", system_set)
     iterations: list[tuple[np.ndarray, np.ndarray]] = []
-    real = engine._Engine._start_iteration
+    real = engine._Engine._launch
 
-    def spy(self, i, t, ids, news, prefill, **kw):
+    def spy(self, i, t, batch, *args):         # every iteration the event path starts is launched here
+        ids, news, _ = batch
         iterations.append((self.ctx[ids].copy(), news.copy()))
-        return real(self, i, t, ids, news, prefill, **kw)
+        return real(self, i, t, batch, *args)
 
     monkeypatch.setattr(engine._Engine, "fast_decode", False)
-    monkeypatch.setattr(engine._Engine, "_start_iteration", spy)
+    monkeypatch.setattr(engine._Engine, "_launch", spy)
     table, _, cost, res = _serve("gpu-hbm", "reasoning", 96, scenario_set=scenario_set, system_set=system_set)
     assert res.completed.all() and res.preemptions.sum() > 100
     cached = np.concatenate([c for c, _ in iterations])
