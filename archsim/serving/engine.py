@@ -752,9 +752,10 @@ class _Engine:
             self.pool_decode_fetched += read
             pooled_tokens = read + on_pool.count(True)
         compute_ns, pnm_ns = self.decode_only_cost(len(ctx_l), total)
-        work_ns = self._launch(i, t, (ids, news, prefill), compute_ns, pnm_ns if self.units is not None else 0.0)
+        work_ns, rest_ns = self._launch(i, t, (ids, news, prefill), compute_ns,
+                                        pnm_ns if self.units is not None else 0.0)
         if pooled_tokens:
-            self.pool_bytes.add(t, (t + work_ns) + self.launched_rest_ns, float(pooled_tokens * self.kvb))
+            self.pool_bytes.add(t, (t + work_ns) + rest_ns, float(pooled_tokens * self.kvb))
         for tier, size, path in writes:            # one appended token each: decode appends, counted
             self.tier_write[tier] += size
             for name in path:
@@ -1631,17 +1632,17 @@ class _Engine:
         scale = self._decode_reads(ids, cached, news, on_pool, unshared)
         compute_ns, pnm_ns = self._compute_ns(ids, cached, news, scale, unshared)
         draft_ns = self._speculate(ids, cached, news, prefill) if self.speculation is not None else 0.0
-        work_ns = self._launch(i, t, (ids, news, prefill), compute_ns, pnm_ns, draft_ns)
+        work_ns, rest_ns = self._launch(i, t, (ids, news, prefill), compute_ns, pnm_ns, draft_ns)
         if on_pool is not None and any(on_pool):   # the pool's KV read (decode, prefixes, streams) and appended
             tokens = sum(c + m for c, m, p in zip(cached.tolist(), news.tolist(), on_pool, strict=True) if p)
-            self.pool_bytes.add(t, (t + work_ns) + self.launched_rest_ns, float(tokens * self.kvb))  # (alone)
+            self.pool_bytes.add(t, (t + work_ns) + rest_ns, float(tokens * self.kvb))  # (as it lasts alone)
         if self.activity is not None:
             self.activity.begin(i, t, len(ids), int(news.sum()), int(prefill.sum()))
         if any_prefill:                            # what each request's prefills computed (its energy)
             rows, n, c = ids[prefill], news[prefill], cached[prefill]
             self.prefill_tokens[rows] += n
             self.prefill_pairs[rows] += n * c + n * (n + 1) // 2
-        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + self.launched_rest_ns, res, any_prefill)
+        self._iteration_writes(i, t, ids, cached, news, prefill, work_ns + rest_ns, res, any_prefill)
         if not self.any_streams and self.pool_l2 is None:   # no sequence ever streamed: nothing below to read
             return
         streaming = self.streams[ids]
@@ -1658,11 +1659,11 @@ class _Engine:
                     self.parts_left[i] += 1
 
     def _launch(self, i: int, t: float, batch: tuple[np.ndarray, np.ndarray, np.ndarray], compute_ns: float,
-                pnm_ns: float, draft_ns: float = 0.0) -> float:
+                pnm_ns: float, draft_ns: float = 0.0) -> tuple[float, float]:
         """Instance i's iteration of `batch` takes `compute_ns`, `pnm_ns` of it the decode attention at the shared
         PNM units (0: none), then the draft's `draft_ns` and what it owes for coherence: its attention joins the
-        units' jobs, the rest follows it; or its end is set. Returns the job's work alone (ns, 0 without one);
-        `launched_rest_ns` keeps the time after it."""
+        units' jobs, the rest follows it; or its end is set. Returns the job's work alone (ns, 0 without one)
+        and the time after it."""
         work_ns = 0.0
         if pnm_ns > 0:                     # the decode attention: a job at the shared PNM units, the rest after it
             compute_ns -= pnm_ns
@@ -1674,13 +1675,11 @@ class _Engine:
         self.batch[i] = batch
         self.parts_left[i] = 1
         if work_ns > 0:          # a job ending now (its event not yet taken) is handed over first
-            for t_done, j, rest_ns in self.units.start_owned(work_ns, self.server_of[i], t, i, compute_ns):
-                heapq.heappush(self.iter_heap, (t_done + rest_ns, EV_ITER, j, 0))
+            self._jobs_done(self.units.start_owned(work_ns, self.server_of[i], t, i, compute_ns))
             self._recheck_units()
         else:
             heapq.heappush(self.iter_heap, (t + compute_ns, EV_ITER, i, 0))
-        self.launched_rest_ns = compute_ns
-        return work_ns
+        return work_ns, compute_ns
 
     def _iteration_writes(self, i: int, t: float, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
                           prefill: np.ndarray, compute_ns: float, res: list[int], any_prefill: bool) -> None:
@@ -1930,12 +1929,12 @@ class _Engine:
         """A job at the PNM units is done: the rest of its iteration follows."""
         if version != self.unit_version:
             return
-        self._units_done(t)
+        self._jobs_done(self.units.advance_owned(t))
         self._recheck_units()
 
-    def _units_done(self, t: float) -> None:
-        """The jobs the units finished by t: the rest of each one's iteration follows."""
-        for t_done, i, rest_ns in self.units.advance_owned(t):
+    def _jobs_done(self, done: list[tuple[float, int, float]]) -> None:
+        """Jobs the units finished, as (time, instance, the rest of its iteration): the rest follows each."""
+        for t_done, i, rest_ns in done:
             heapq.heappush(self.iter_heap, (t_done + rest_ns, EV_ITER, i, 0))
 
     def _link_check(self, version: int, t: float) -> None:
