@@ -751,9 +751,7 @@ class _Engine:
             self.pool_decode_tokens += read
             self.pool_decode_fetched += read
             pooled_tokens = read + on_pool.count(True)
-        compute_ns, pnm_ns = self.decode_only_cost(len(ctx_l), total)
-        work_ns, rest_ns = self._launch(i, t, (ids, news, prefill), compute_ns,
-                                        pnm_ns if self.units is not None else 0.0)
+        work_ns, rest_ns = self._launch(i, t, (ids, news, prefill), *self._decode_only_ns(len(ctx_l), total))
         if pooled_tokens:
             self.pool_bytes.add(t, (t + work_ns) + rest_ns, float(pooled_tokens * self.kvb))
         for tier, size, path in writes:            # one appended token each: decode appends, counted
@@ -1393,13 +1391,17 @@ class _Engine:
     def _target_ns(self, ids: np.ndarray, cached: np.ndarray, news: np.ndarray,
                    scale: float, unshared: bool = False) -> tuple[float, float]:
         if unshared and self.decode_only_cost is not None:   # a function of (sequences, cached tokens) alone
-            time_ns, pnm_ns = self.decode_only_cost(len(ids), sum(cached.tolist()))
-            return time_ns, pnm_ns if self.units is not None else 0.0
+            return self._decode_only_ns(len(ids), sum(cached.tolist()))
         if self.units is not None:
             time_ns, pnm_ns = self.cost.iteration_pnm_ns(cached, news, scale)
             return float(time_ns), float(pnm_ns)
         return (float(self.cost.iteration_ns(cached, news, scale)) if scale < 1.0 else
                 self._iteration_ns(ids, cached, news)), 0.0
+
+    def _decode_only_ns(self, sequences: int, cached_tokens: int) -> tuple[float, float]:
+        """The cost table's price of a decode-only iteration, and its PNM units' part where they are modelled."""
+        time_ns, pnm_ns = self.decode_only_cost(sequences, cached_tokens)
+        return time_ns, pnm_ns if self.units is not None else 0.0
 
     def _sample_l2(self, ids: np.ndarray, cached: np.ndarray, first: int, count: int = 1) -> None:
         """The GPU attention's block reads of iterations [first, first + count) of this batch, if any of them is

@@ -196,17 +196,10 @@ class PnmUnits:
         """A job of `work_ns` (> 0) from `server` arrives now; returns its id. The caller `advance`s to now first:
         a job finishing by now must be handed over, not finished unseen here. `owner` and `rest_ns` come back
         with it from `advance_owned`."""
-        if not work_ns > 0:
-            raise ValueError(f"a job's work must be positive, got {work_ns} ns")
         if now_ns != self._clear_ns and self._run(now_ns):
             raise RuntimeError(f"jobs finished by {now_ns} ns were not advanced to before a new one started")
-        n = self._n
-        self._reserve(n + 1)
         jid = self._next_id
-        self._next_id += 1
-        _add(self._clock, self._F, self._I, self._C, n, jid, float(work_ns), server, now_ns, self._fifo, owner,
-             rest_ns)
-        self._n = n + 1
+        self.start_owned(work_ns, server, now_ns, owner, rest_ns)   # (advanced to now: it finishes none)
         return jid
 
     def start_owned(self, work_ns: float, server: int, now_ns: float, owner: int, rest_ns: float) \
