@@ -262,19 +262,43 @@ def test_a_server_alone_at_the_pnm_units_waits_nothing_and_one_server_keeps_the_
     assert step == pytest.approx(rest + 2 * work, rel=1e-12) and "pnm_units" not in summarize(res)
 
 
-def test_a_decode_batch_stepping_on_lean_gives_the_generic_paths_run_bit_for_bit(monkeypatch):
-    """The lean step of an unchanged decode-only batch (_Engine._decode_on with _start_decoders, and the shared PNM
-    units' one call per iteration) against every iteration built and started the generic way: the same run, every
-    figure and every request's times bit for bit, 16 servers at the shared units."""
+@pytest.mark.parametrize("system, scenario, n, scenario_set, system_set", [
+    ("g25-16s", "shared-prefix", 320, (), ()),
+    # long answers outgrow a 30 % HBM budget: a block the tier cannot give ends the lean step in a preemption
+    ("gpu-hbm", "reasoning", 96, ("scenario.arrivals.users=64",
+                                  "scenario.reasoning.output={dist: uniform, min: 4096, max: 12288}"),
+     ("system.gpus.memory_utilization=0.3",)),
+])
+def test_a_decode_batch_stepping_on_lean_gives_the_generic_paths_run_bit_for_bit(monkeypatch, system, scenario, n,
+                                                                                  scenario_set, system_set):
+    """The lean step of an unchanged decode-only batch (_Engine._decode_on with _start_decoders, the blocks its
+    rows start given in place, and the shared PNM units' one call per iteration) against every iteration built and
+    started the generic way: the same run, every figure and every request's times bit for bit: 16 servers at the
+    shared units, and one HBM too small for its answers (the decode stretch off, so that every step is an event)."""
     from archsim.serving import engine
     from tests.test_serving_system import _serve
 
-    _, _, cost, lean = _serve("g25-16s", "shared-prefix", 320)
+    grants: list[bool] = []
+    real = engine._Engine._grant_next_blocks
+
+    def spy(self, i, ids, grow):
+        grants.append(real(self, i, ids, grow))
+        return grants[-1]
+
+    monkeypatch.setattr(engine._Engine, "fast_decode", system != "gpu-hbm")
+    monkeypatch.setattr(engine._Engine, "_grant_next_blocks", spy)
+    _, _, cost, lean = _serve(system, scenario, n, scenario_set=scenario_set, system_set=system_set)
+    assert grants.count(True) > n                       # blocks given on the lean path ...
+    assert (False in grants) == (system == "gpu-hbm")   # ... and, where the tier is full, handed to the build
     monkeypatch.setattr(engine._Engine, "_decode_on", lambda self, i, t: False)
-    _, _, _, generic = _serve("g25-16s", "shared-prefix", 320, cost=cost)
-    assert lean.iterations == generic.iterations > 320 * 8
-    for field in ("first_token_ns", "last_token_ns", "instance", "decode_tokens", "decode_pairs"):
+    _, _, _, generic = _serve(system, scenario, n, scenario_set=scenario_set, system_set=system_set, cost=cost)
+    assert lean.iterations == generic.iterations > n * 8
+    if system == "gpu-hbm":
+        assert lean.preemptions.sum() > 100
+    for field in ("first_token_ns", "last_token_ns", "instance", "decode_tokens", "decode_pairs", "preemptions"):
         assert np.array_equal(getattr(lean, field), getattr(generic, field)), field
     timed = {"events_per_s"}           # the run's own wall clock
     assert {k: v for k, v in summarize(lean).items() if k not in timed} == \
         {k: v for k, v in summarize(generic).items() if k not in timed}
+
+

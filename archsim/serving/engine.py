@@ -688,8 +688,9 @@ class _Engine:
 
     def _decode_on(self, i: int, t: float) -> bool:
         """Finish instance i's iteration of its last decode-only batch and start the next when that is the same
-        batch again (nobody finishes, needs a block, waits or lands): what _finish_iteration and _schedule do
-        then, in the same order, without building the batch again. False, having done nothing, otherwise."""
+        batch again (nobody finishes, waits or lands; those whose next token starts a block get it): what
+        _finish_iteration and _schedule do then, in the same order, without building the batch again. False,
+        having done nothing, otherwise."""
         ids, news, prefill, ids_list = self.decoders[i]
         if self.running[i] != ids_list or self.waiting[i] or self.landing[i]:
             return False
@@ -697,9 +698,14 @@ class _Engine:
         if plan is None or plan[0] is not ids:
             plan = self.lean_plan[i] = self._lean_plan(i, ids)
         ctx_l, out_l = self.ctx[ids].tolist(), self.out_done[ids].tolist()
+        changes = False                # a row's next token starts a block, or it fills its first one
         for c, o, (out_last, ctx_last) in zip(ctx_l, out_l, plan[4], strict=True):
-            if o > out_last or c > ctx_last:
-                return False           # it finishes now, or its next token starts a block
+            if o > out_last:
+                return False           # it finishes now
+            if c > ctx_last:
+                if c > ctx_last + 1:
+                    return False       # (past its blocks: never so; the build says what then)
+                changes = True
         self.batch[i] = None
         self.last_step_ns[i] = t - self.iter_start[i]
         self.iterations += 1
@@ -711,24 +717,49 @@ class _Engine:
             dec_pairs[r] += c + 1
             ctx_a[r] = c + 1
             out_a[r] = o + 1
-        if not self._decoders_hold(i, ids_list):
-            self._schedule(i, t)       # two of them now share a block: the batch is built again
-        elif (self.units is not None and len(self.units)) or not self._stretch(i, t, ids):  # (no stretch then)
+        if changes:
+            nheld, bt = self.nheld, self.bt
+            grow = [s for s, r in enumerate(ids_list) if ctx_a[r] >= nheld[r] * bt]
+            if grow and not self._grant_next_blocks(i, ids, grow):
+                self._schedule(i, t)   # no room for them all: building the batch preempts
+                return True
+            plan = self.lean_plan[i] = self._lean_plan(i, ids)
+            if not self._decoders_hold(i, ids_list):
+                self._schedule(i, t)   # two of them now share a block: the batch is built again
+                return True
+        elif self.coherence is not None:  # (which pool decoders share a block changes only with `changes`)
+            self._sync_coherence(i)
+        if (self.units is not None and len(self.units)) or not self._stretch(i, t, ids):  # (no stretch then)
             self._start_decoders(i, t, plan, news, prefill, [c + 1 for c in ctx_l])
+        return True
+
+    def _grant_next_blocks(self, i: int, ids: np.ndarray, grow: list[int]) -> bool:
+        """Give rows `grow` of the decode batch `ids` the block their next token starts, as building the batch
+        would (_grow_decoders: in batch order, one all-or-nothing insert when they share a tier, then the
+        coherence charges); False, changing nothing, when that insert is not how the build would give them."""
+        rows = ids[grow]
+        if len(set(self.res[rows].tolist())) != 1 or not self._grow_all(i, rows, None, list(range(len(grow)))):
+            return False
+        if self.coherence is not None:
+            self._sync_coherence(i)
         return True
 
     def _lean_plan(self, i: int, ids: np.ndarray) -> tuple:
         """What every iteration of instance i's decode-only batch `ids` does alike while it stays the same batch:
         (ids, whether _start_decoders may run it, which rows keep their KV in the pool (None without a pool),
         the writes (tier, bytes, links the bytes are counted on) of one appended token each, by tier, and each
-        row's last (tokens emitted, context) from which it steps on lean (_decode_on): it holds its blocks while
-        it is the same batch)."""
+        row's last (tokens emitted, context) from which it steps on lean without a look at the cache
+        (_decode_on): up to it, it holds its blocks and which pool decoders share a block stays as it is)."""
         lean = self.verifier is None and self.decode_only_cost is not None and self.pool_l2 is None
         res = self.res[ids].tolist()
         on_pool = [self.base + v == self.pool_index for v in res] if self.pool_bytes is not None else None
         writes = [(self.base + v, float(res.count(v) * self.kvb),
                    self._path(self.base + v, i) if self.base + v > 0 else ()) for v in sorted(set(res))]
-        last = list(zip((self.out_tokens[ids] - 2).tolist(), (self.nheld[ids] * self.bt - 2).tolist(), strict=True))
+        ctx_last = self.nheld[ids] * self.bt - 2
+        if self.pnm_decoders:          # a pool decoder filling its first block joins the sharing test
+            joins = (self.base + self.res[ids] == self.pool_index) & (self.ctx[ids] < self.bt)  # (_pool_decoders)
+            ctx_last[joins] = np.minimum(ctx_last[joins], self.bt - 2)
+        last = list(zip((self.out_tokens[ids] - 2).tolist(), ctx_last.tolist(), strict=True))
         return ids, lean, on_pool, writes, last
 
     def _start_decoders(self, i: int, t: float, plan: tuple, news: np.ndarray, prefill: np.ndarray,

@@ -11,6 +11,7 @@ roofline in both cases (the calibration files hold no attention kernels; docs/gp
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from archsim.gpu.model import allreduce_ns, elementwise_ns, gemm_ns, layer_time_ns
 from archsim.gpu.preset import GpuPreset
@@ -94,7 +95,10 @@ def layer_allreduce_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, pres
     return 2.0 * float(allreduce_ns(tokens * shape.hidden_size, tp, preset, dtype_bytes(dtype)))
 
 
+@lru_cache(maxsize=1 << 14)
 def _layer_kernels_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, preset: GpuPreset) -> float:
+    """A layer's kernels at `tokens` new tokens (memoized: a serving run's batches repeat token counts over
+    different sequence counts, which only the epilogue depends on)."""
     if shape.attention == "gqa" and not shape.n_routed_experts and dtype in DTYPES:
         layer = LayerShape.from_model(shape, dtype)
         return float(layer_time_ns(layer, tokens, tp, preset).layer_ns)
