@@ -22,6 +22,7 @@ from archsim.gpu import (
     parse_shape_spec,
 )
 from archsim.gpu.calibration import allreduce_bin_errors, layer_errors, load_calibration, read_layer_file
+from archsim.gpu.model import gemm_ns_each, layer_ns_each
 from archsim.models import ModelShape
 from tests.conftest import REPO
 
@@ -118,6 +119,20 @@ def test_kv_heads_replicated_beyond_their_count(h100):
         LayerShape(hidden=4608, heads=36, kv_heads=12, ffn=11008).split(9)
     with pytest.raises(ConfigError, match="does not divide heads"):
         mqa.split(3)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_a_layer_timed_for_many_token_counts_at_once_is_each_counts_own_time_bit_for_bit(h100, tp):
+    # the serving engine's table of a layer's kernels by token count (archsim.system.gpu) must give what one call
+    # per count gives: numpy's vectorized pow can differ from the C library's in the last bit, and it did for
+    # about 5 % of these counts before gemm_ns_each took the powers one by one
+    shape = parse_shape_spec(SHAPE_70B)
+    tokens = np.unique(np.r_[np.arange(1, 700), np.random.default_rng(tp).integers(700, 16385, 300)])
+    each = layer_ns_each(shape, tokens, tp, h100)
+    assert each.tolist() == [float(layer_time_ns(shape, int(t), tp, h100).layer_ns) for t in tokens]
+    assert gemm_ns_each(tokens, 8192, 1024, h100).tolist() == [gemm_ns(int(t), 8192, 1024, h100) for t in tokens]
+    with pytest.raises(ConfigError, match="positive"):
+        layer_ns_each(shape, np.array([3, 0]), tp, h100)
 
 
 def test_gemm_is_wave_quantised_and_memory_bound_when_thin(h100):

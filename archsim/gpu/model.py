@@ -18,6 +18,7 @@ docs/gpu.md gives the equations, the parameters' sources and the errors against 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,7 +59,26 @@ class KernelTimes:
 
 def gemm_ns(m: object, n: int, k: int, gpu: GpuPreset, element_bytes: int = 2) -> np.ndarray | float:
     """Time of an (m x k) @ (k x n) matrix product on one GPU; m may be an array of token counts."""
-    m_arr = np.asarray(m, dtype=float)
+    total = _gemm_total_ns(*_gemm_parts(np.asarray(m, dtype=float), n, k, gpu, element_bytes), gpu)
+    return float(total) if total.ndim == 0 else total
+
+
+def gemm_ns_each(m: np.ndarray, n: int, k: int, gpu: GpuPreset, element_bytes: int = 2) -> np.ndarray:
+    """gemm_ns of each of the token counts `m` as a call with that one count gives it, bit for bit: the terms
+    vectorized, the overlap's powers taken one by one (a scalar's pow is the C library's, an array's numpy's
+    vectorized one, which can differ in the last bit)."""
+    parts = _gemm_parts(np.asarray(m, dtype=float), n, k, gpu, element_bytes)
+    return np.array([_gemm_total_ns(c, mem, ks, gpu) for c, mem, ks in zip(*(x.tolist() for x in parts), strict=True)])
+
+
+def _gemm_total_ns(compute: object, memory: object, k_slice: object, gpu: GpuPreset) -> object:
+    g = gpu.gemm
+    p = g.overlap_exponent
+    return g.launch_ns + g.k_step_ns * k_slice + (compute**p + memory**p) ** (1 / p)
+
+
+def _gemm_parts(m_arr: np.ndarray, n: int, k: int, gpu: GpuPreset, element_bytes: int) -> tuple:
+    """gemm_ns's compute and memory terms and a CTA's K slice."""
     g = gpu.gemm
     sm_flops_per_ns = gpu.peak_TFLOPS * 1e3 / gpu.sm_count * g.flops_efficiency
     compute = np.full(m_arr.shape, np.inf)
@@ -73,9 +93,7 @@ def gemm_ns(m: object, n: int, k: int, gpu: GpuPreset, element_bytes: int = 2) -
     # a CTA walks its K slice serially (load, wait, multiply): a floor that split-K shortens (64 x 64 tiles)
     small_tiles = np.ceil(m_arr / TILE_SIZES[0]) * np.ceil(n / TILE_SIZES[0])
     k_slice = k / np.clip(np.floor(gpu.sm_count / small_tiles), 1, max(1, k // g.split_k_min_depth))
-    p = g.overlap_exponent
-    total = g.launch_ns + g.k_step_ns * k_slice + (compute**p + memory**p) ** (1 / p)
-    return float(total) if total.ndim == 0 else total
+    return compute, memory, k_slice
 
 
 def elementwise_ns(bytes_: object, row_elements: int, efficiency: float, gpu: GpuPreset) -> np.ndarray | float:
@@ -99,20 +117,29 @@ def layer_time_ns(shape: LayerShape | ModelShape, tokens: object, tp: int, gpu: 
     return _kernel_times(split, t, gpu)
 
 
-def _kernel_times(split: LayerSplit, t: np.ndarray, gpu: GpuPreset) -> KernelTimes:
+def layer_ns_each(shape: LayerShape | ModelShape, tokens: np.ndarray, tp: int, gpu: GpuPreset) -> np.ndarray:
+    """layer_time_ns(...).layer_ns of each of the positive token counts `tokens` as a call with that one count
+    gives it, bit for bit (gemm_ns_each), in one vectorized pass."""
+    t = np.asarray(tokens, dtype=float)
+    if np.any(t <= 0):
+        raise ConfigError("tokens must be positive", where="tokens")
+    return np.asarray(_kernel_times(_layer_shape(shape).split(tp), t, gpu, gemm_ns_each).layer_ns)
+
+
+def _kernel_times(split: LayerSplit, t: np.ndarray, gpu: GpuPreset, gemm: Callable = gemm_ns) -> KernelTimes:
     s, e, ew = split.shape, split.shape.element_bytes, gpu.elementwise
     h = s.hidden
     norm = elementwise_ns(2 * t * h * e, h, ew.norm_efficiency, gpu)  # read x, write normed x
     act_tensors = 3 if s.gated else 2  # gated: read gate and up, write their product
     return KernelTimes(
         input_layernorm=norm,
-        attn_pre_proj=gemm_ns(t, split.qkv_width, h, gpu, e),
+        attn_pre_proj=gemm(t, split.qkv_width, h, gpu, e),
         attn_rope=elementwise_ns(2 * t * split.rope_width * e, split.rope_width, ew.rope_efficiency, gpu),
-        attn_post_proj=gemm_ns(t, h, split.attn_out_width, gpu, e),
+        attn_post_proj=gemm(t, h, split.attn_out_width, gpu, e),
         post_attention_layernorm=norm,
-        mlp_up_proj=gemm_ns(t, split.up_width, h, gpu, e),
+        mlp_up_proj=gemm(t, split.up_width, h, gpu, e),
         mlp_act=elementwise_ns(act_tensors * t * split.ffn * e, split.ffn, ew.act_efficiency, gpu),
-        mlp_down_proj=gemm_ns(t, h, split.ffn, gpu, e),
+        mlp_down_proj=gemm(t, h, split.ffn, gpu, e),
         add=elementwise_ns(3 * t * h * e, 0, ew.add_efficiency, gpu),  # read both operands, write the sum
     )
 
