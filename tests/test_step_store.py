@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 
+import networkx as nx
 import pytest
 
 from archsim import step_store
@@ -82,3 +83,19 @@ def test_the_cost_tables_grid_points_are_the_same_from_the_store(store) -> None:
     assert len(list(store.rglob("*.pkl"))) >= 4
     assert [pickle.dumps(warm.decode_part(d, n)) for d, n in points] == computed
     assert warm.iteration_ns([1500, 2500], [1, 1]) == cold.iteration_ns([1500, 2500], [1, 1])
+
+
+def test_a_systems_key_is_its_definition_not_the_routes_a_run_asked_for() -> None:
+    # the store's key is the pickled system: the topology's memo of routes found (filled as a run asks) must not
+    # enter it, or a warm run misses every decode step computed after a route was first asked for (it did: one
+    # step-model run, a second or more, in every warm multi-server serve)
+    system = load_system_config("g25-16s", ["system.servers=4", "system.gpus.count=32"])
+    before = pickle.dumps(system)
+    topology = system.topology
+    graph = pickle.loads(before).topology.graph      # (a copy: the key must not depend on what asks the graph)
+    src, dst = next((a, b) for a in sorted(topology.endpoints) for b in sorted(nx.descendants(graph, a))
+                    if b in topology.endpoints and (a, b) not in topology._routes)
+    route = topology.route(src, dst)
+    assert route.hops and (src, dst) in topology._routes
+    assert pickle.dumps(system) == before
+    assert pickle.loads(before).topology.route(src, dst) == route

@@ -132,6 +132,11 @@ class Topology:
         self._switch_ps = {name: round(sw.latency_ns * 1000) for name, sw in switches.items()}
         self._routes: dict[tuple[str, str], Route] = {}
 
+    def __getstate__(self) -> dict:
+        # the routes found so far are a memo, not the topology: a pickle (the step store's key) is the same
+        # whichever routes a run has asked for before
+        return {**self.__dict__, "_routes": {}}
+
     @staticmethod
     def load(path: str | Path) -> Topology:
         """Load a topology file, or a preset by name (`cxl2_switch` -> configs/interconnect/cxl2_switch.yaml)."""
