@@ -79,12 +79,16 @@ def gpu_layer_time(shape: ModelShape, dtype: str, tokens: int, sequences: int, t
                             roofline_ns(per_gpu.epilogue_weight_bytes, per_gpu.epilogue_flops, gpu), False)
     preset = gpu.preset
     kernels = _layer_kernels_ns(shape, dtype, tokens, tp, preset)
-    e = dtype_bytes(dtype)
     allreduce = layer_allreduce_ns(shape, dtype, tokens, tp, preset, allreduce_stretch)
-    h = shape.hidden_size
-    epilogue = (float(elementwise_ns(2 * sequences * h * e, h, preset.elementwise.norm_efficiency, preset))
-                + float(gemm_ns(sequences, -(-shape.vocab_size // tp), h, preset, e)))
-    return GpuLayerTime(kernels, allreduce, epilogue, True)
+    return GpuLayerTime(kernels, allreduce, _epilogue_ns(shape, dtype, sequences, tp, preset), True)
+
+
+@lru_cache(maxsize=1 << 12)
+def _epilogue_ns(shape: ModelShape, dtype: str, sequences: int, tp: int, preset: GpuPreset) -> float:
+    """Each sequence's last token: its final norm and lm_head (memoized: a function of the sequence count)."""
+    h, e = shape.hidden_size, dtype_bytes(dtype)
+    return (float(elementwise_ns(2 * sequences * h * e, h, preset.elementwise.norm_efficiency, preset))
+            + float(gemm_ns(sequences, -(-shape.vocab_size // tp), h, preset, e)))
 
 
 def layer_allreduce_ns(shape: ModelShape, dtype: str, tokens: int, tp: int, preset: GpuPreset,
