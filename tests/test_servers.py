@@ -285,9 +285,20 @@ def test_a_decode_batch_stepping_on_lean_gives_the_generic_paths_run_bit_for_bit
         grants.append(real(self, i, ids, grow))
         return grants[-1]
 
+    replans: list[bool] = []
+    plan_on = engine._Engine._lean_plan_on
+
+    def plan_spy(self, plan, ctx_l):   # the plan carried on is the one made afresh
+        carried = plan_on(self, plan, ctx_l)
+        i = next(k for k, d in enumerate(self.decoders) if d is not None and d[0] is plan[0])
+        replans.append(carried[1:] == self._lean_plan(i, plan[0])[1:])
+        return carried
+
     monkeypatch.setattr(engine._Engine, "fast_decode", system != "gpu-hbm")
     monkeypatch.setattr(engine._Engine, "_grant_next_blocks", spy)
+    monkeypatch.setattr(engine._Engine, "_lean_plan_on", plan_spy)
     _, _, cost, lean = _serve(system, scenario, n, scenario_set=scenario_set, system_set=system_set)
+    assert len(replans) >= grants.count(True) and all(replans)
     assert grants.count(True) > n                       # blocks given on the lean path ...
     assert (False in grants) == (system == "gpu-hbm")   # ... and, where the tier is full, handed to the build
     monkeypatch.setattr(engine._Engine, "_decode_on", lambda self, i, t: False)

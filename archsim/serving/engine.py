@@ -723,7 +723,7 @@ class _Engine:
             if grow and not self._grant_next_blocks(i, ids, grow):
                 self._schedule(i, t)   # no room for them all: building the batch preempts
                 return True
-            plan = self.lean_plan[i] = self._lean_plan(i, ids)
+            plan = self.lean_plan[i] = self._lean_plan_on(plan, ctx_l)
             if not self._decoders_hold(i, ids_list):
                 self._schedule(i, t)   # two of them now share a block: the batch is built again
                 return True
@@ -743,6 +743,14 @@ class _Engine:
         if self.coherence is not None:
             self._sync_coherence(i)
         return True
+
+    def _lean_plan_on(self, plan: tuple, ctx_l: list[int]) -> tuple:
+        """_lean_plan of the same batch after the step from contexts `ctx_l` in which some rows reached their
+        last context (those now hold a block more, or fill their first: past it, only their blocks bound them)."""
+        ids, bt, nheld = plan[0], self.bt, self.nheld
+        last = [(out_last, int(nheld[r]) * bt - 2) if c > ctx_last else (out_last, ctx_last)
+                for r, c, (out_last, ctx_last) in zip(ids.tolist(), ctx_l, plan[4], strict=True)]
+        return (*plan[:4], last)
 
     def _lean_plan(self, i: int, ids: np.ndarray) -> tuple:
         """What every iteration of instance i's decode-only batch `ids` does alike while it stays the same batch:
