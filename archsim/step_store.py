@@ -50,6 +50,14 @@ def package_digest() -> str:
     return h.hexdigest()
 
 
+def canonical(value: object) -> bytes:
+    """The pickle of `value` as it comes out of a pickle round trip. A pickle's bytes depend on which of its equal
+    strings are one object, which differs between a config as loaded and the same config unpickled (in a worker's
+    parent, say); after one round trip they no longer change, so equal values give equal bytes (a key's inputs)."""
+    return pickle.dumps(pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)),
+                        protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def remembered(kind: str, inputs: tuple, compute: Callable[[], T]) -> T:
     """compute(), or what it returned before for these `inputs` (picklable) under this package's files."""
     root = store_dir()
@@ -75,4 +83,4 @@ def remembered(kind: str, inputs: tuple, compute: Callable[[], T]) -> T:
     return value
 
 
-__all__ = ["CACHE_ENV", "package_digest", "remembered", "store_dir"]
+__all__ = ["CACHE_ENV", "canonical", "package_digest", "remembered", "store_dir"]

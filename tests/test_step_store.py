@@ -99,3 +99,26 @@ def test_a_systems_key_is_its_definition_not_the_routes_a_run_asked_for() -> Non
     assert route.hops and (src, dst) in topology._routes
     assert pickle.dumps(system) == before
     assert pickle.loads(before).topology.route(src, dst) == route
+
+
+def test_a_cost_table_unpickled_finds_what_the_original_stored(store, monkeypatch) -> None:
+    # `serve`'s workers send their cost tables back pickled and the parent checks them: the copy's keys must be
+    # the original's, though a config's pickle changes in a round trip (which equal strings are one object)
+    from archsim.serving import costs
+
+    scenario = load_scenario("multiturn")
+    system = load_system_config("g25", [])
+    shape, dtype, max_context = model_limits(scenario)
+    workload = serving_workload(system, shape, dtype, max_context, scenario.name)
+    spec = serving_spec(system, workload, max_context)
+    original = cost_table(system, workload, spec)
+    copy = pickle.loads(pickle.dumps(cost_table(system, workload, spec)))
+    assert step_store.canonical((copy.system, copy.workload)) == step_store.canonical((system, workload))
+    computed: list[tuple] = []
+    real = costs.decode_terms
+    monkeypatch.setattr(costs, "decode_terms", lambda *args: computed.append(args[2:]) or real(*args))
+    original.decode_part(3, 5000)
+    assert computed
+    stored = len(computed)
+    assert pickle.dumps(copy.decode_part(3, 5000)) == pickle.dumps(original.decode_part(3, 5000))
+    assert len(computed) == stored                  # every point the copy needed came from the store

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from archsim.models import dtype_bytes
-from archsim.step_store import remembered
+from archsim.step_store import canonical, remembered
 from archsim.system.config import SystemConfig
 from archsim.system.mixed import (
     NO_PREFILL,
@@ -78,6 +78,7 @@ class StepCostTable:
         # lengths step through the same contexts); bounded, so memory stays flat on any run
         self._decode_only: dict[tuple[int, int], tuple[float, float]] = {}
         self.errors: list[float] = []
+        self._identity: bytes | None = None  # (system, workload) as the step store keys them (canonical)
 
     @property
     def tabulated(self) -> bool:
@@ -96,7 +97,9 @@ class StepCostTable:
 
     def _run_step(self, d: int, context: int) -> DecodeTerms:
         """The decode-step model at d sequences of `context` tokens (kept between runs: archsim.step_store)."""
-        return remembered("decode-terms", (self.system, self.workload, d, context),
+        if self._identity is None:     # once: the same bytes in a worker, its parent and the next run
+            self._identity = canonical((self.system, self.workload))
+        return remembered("decode-terms", (self._identity, d, context),
                           lambda: decode_terms(self.system, self.workload, d, context))
 
     def decode_part(self, d: int, n: int) -> DecodeTerms:
