@@ -1963,8 +1963,9 @@ class _Engine:
     def _recheck_units(self) -> None:
         self.unit_version += 1
         nxt = self.units.next_completion()
-        if nxt is not None:
-            heapq.heappush(self.unit_heap, (nxt[0], EV_UNIT, 0, self.unit_version))
+        # only the latest next completion is ever taken (an earlier one's version is stale): the units' "heap"
+        # holds just it, so no stale event is pushed or popped
+        self.unit_heap[:] = [(nxt[0], EV_UNIT, 0, self.unit_version)] if nxt is not None else []
 
     def _unit_check(self, version: int, t: float) -> None:
         """A job at the PNM units is done: the rest of its iteration follows."""
