@@ -70,12 +70,17 @@ def test_off_unwritable_or_corrupt_stores_only_cost_the_computation(tmp_path, mo
     assert remembered("kind", (1,), compute) == 2.5 and compute.calls == 5    # rewritten whole
 
 
-def test_the_cost_tables_grid_points_are_the_same_from_the_store(store) -> None:
+def _g25_multiturn() -> tuple:
+    """The README main job's G2.5 system, its serving workload and spec."""
     scenario = load_scenario("multiturn")
     system = load_system_config("g25", [])
     shape, dtype, max_context = model_limits(scenario)
     workload = serving_workload(system, shape, dtype, max_context, scenario.name)
-    spec = serving_spec(system, workload, max_context)
+    return system, workload, serving_spec(system, workload, max_context)
+
+
+def test_the_cost_tables_grid_points_are_the_same_from_the_store(store) -> None:
+    system, workload, spec = _g25_multiturn()
     cold = cost_table(system, workload, spec)
     warm = cost_table(system, workload, spec)
     points = [(1, 1024), (2, 4096), (3, 5000)]
@@ -106,11 +111,7 @@ def test_a_cost_table_unpickled_finds_what_the_original_stored(store, monkeypatc
     # the original's, though a config's pickle changes in a round trip (which equal strings are one object)
     from archsim.serving import costs
 
-    scenario = load_scenario("multiturn")
-    system = load_system_config("g25", [])
-    shape, dtype, max_context = model_limits(scenario)
-    workload = serving_workload(system, shape, dtype, max_context, scenario.name)
-    spec = serving_spec(system, workload, max_context)
+    system, workload, spec = _g25_multiturn()
     original = cost_table(system, workload, spec)
     copy = pickle.loads(pickle.dumps(cost_table(system, workload, spec)))
     assert step_store.canonical((copy.system, copy.workload)) == step_store.canonical((system, workload))
