@@ -906,11 +906,14 @@ class _Engine:
         head = self.waiting[i][0] if self.waiting[i] else -1
         coupled = self.base > 0 or self.auto or self.routable < self.spec.instances or \
             (head >= 0 and self.res[head] > 0)
-        bound = min(self._arrival_bound(i, t), self._link_bound())
-        if self.iter_heap:
+        limit = t + self.last_step_ns[i]
+        bound = math.inf
+        if self.iter_heap:             # (first: with several instances it is nearly always the one that binds)
             others = self.iter_heap[0][0]
-            bound = min(bound, others if coupled else others + self.min_think_ns)
-        if bound < t + self.last_step_ns[i]:
+            bound = others if coupled else others + self.min_think_ns
+        if bound >= limit:             # (the bounds below only move cursors past what is over: skipping them is exact)
+            bound = min(bound, self._arrival_bound(i, t), self._link_bound())
+        if bound < limit:
             return t                   # not even one step of the last one's length fits: the event path runs it
         ctx = self.ctx[ids]
         held_tokens = self.nheld[ids] * self.bt
