@@ -736,7 +736,8 @@ class _Engine:
     def _grant_next_blocks(self, i: int, ids: np.ndarray, grow: list[int]) -> bool:
         """Give rows `grow` of the decode batch `ids` the block their next token starts, as building the batch
         would (_grow_decoders: in batch order, one all-or-nothing insert when they share a tier, then the
-        coherence charges); False, changing nothing, when that insert is not how the build would give them."""
+        coherence charges); False, changing nothing, when they are in more than one tier or the tier has no room
+        for them all (the build then gives them one by one, preempting)."""
         rows = ids[grow]
         if len(set(self.res[rows].tolist())) != 1 or not self._grow_all(i, rows, None, list(range(len(grow)))):
             return False
