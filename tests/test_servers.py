@@ -311,5 +311,3 @@ def test_a_decode_batch_stepping_on_lean_gives_the_generic_paths_run_bit_for_bit
     timed = {"events_per_s"}           # the run's own wall clock
     assert {k: v for k, v in summarize(lean).items() if k not in timed} == \
         {k: v for k, v in summarize(generic).items() if k not in timed}
-
-

@@ -364,7 +364,6 @@ class _Engine:
                 not hasattr(self.cost, "iteration_pnm_ns"):
             return
         self.units = PnmUnits(self.servers, self.spec.pnm_scheduling)
-        self.unit_version = 0
 
     def _build_coherence(self) -> None:
         """Several servers sharing a pool tier: which server holds lines of which of its blocks and version
@@ -540,7 +539,7 @@ class _Engine:
             elif kind == EV_LINK:
                 self._link_check(b, t)
             else:
-                self._unit_check(b, t)
+                self._unit_check(t)
             if self.demoted:
                 self._time_demotions(t)
         self._check_finished()
@@ -1965,16 +1964,13 @@ class _Engine:
             heapq.heappush(self.link_heap, (nxt[0], EV_LINK, 0, self.link_version))
 
     def _recheck_units(self) -> None:
-        self.unit_version += 1
         nxt = self.units.next_completion()
-        # only the latest next completion is ever taken (an earlier one's version is stale): the units' "heap"
-        # holds just it, so no stale event is pushed or popped
-        self.unit_heap[:] = [(nxt[0], EV_UNIT, 0, self.unit_version)] if nxt is not None else []
+        # the units' next completion replaces the one before (which the jobs since may have moved): their "heap"
+        # holds just it, so no stale event is ever pushed or taken
+        self.unit_heap[:] = [(nxt[0], EV_UNIT, 0, 0)] if nxt is not None else []
 
-    def _unit_check(self, version: int, t: float) -> None:
+    def _unit_check(self, t: float) -> None:
         """A job at the PNM units is done: the rest of its iteration follows."""
-        if version != self.unit_version:
-            return
         self._jobs_done(self.units.advance_owned(t))
         self._recheck_units()
 
