@@ -1,17 +1,19 @@
 """archsim against DRAMSim3 and Ramulator 2.0, whole process and simulation loop, on the same trace files.
 
     python scripts/bench_vs_refsims.py --build DIR [--requests 1000000] [--runs 5] [--kinds stream,random,...]
-                                       [--front-ends stock,saturating] [--keep DIR] [--json OUT]
+                                       [--front-ends stock,saturating] [--against dramsim3,ramulator2]
+                                       [--keep DIR] [--json OUT]
 
 DIR is a build of the reference simulators' drivers (`../shared/reference/refsims/build.sh DIR`); this script
 builds nothing. For each trace kind of `scripts/compare_dramsim3.py`'s suite (streaming, random, a 30 % write mix,
 paged-KV-like, 16 KiB strides; `--requests` saturating 64 B requests, one DRAMSim3 text file each, read by all
 three) and each front end (stock: one injection per cycle, DRAMSim3's own; saturating: no cap), it runs
 archsim on the config `archsim config import-dramsim3` makes of DRAMSim3's `HBM2_8Gb_x128.ini`, DRAMSim3 on that
-`.ini` and Ramulator 2.0 on its HBM2 preset, `--runs` times each in alternating order after one warm-up each
-(numba's cache is warm). Prints, per kind and front end, the median whole-process seconds of each, and the
-median over runs of each simulator's time divided by archsim's (above 1: archsim faster), for the whole process
-and for the loop alone (archsim's `sim.wall_s`, the drivers' `loop_wall_s`).
+`.ini` and Ramulator 2.0 on its HBM2 preset (`--against` one of them alone: a '-' in its columns), `--runs`
+times each in alternating order after one warm-up each (numba's cache is warm). Prints, per kind and front end,
+the median whole-process seconds of each, and the median over runs of each simulator's time divided by archsim's
+(above 1: archsim faster), for the whole process and for the loop alone (archsim's `sim.wall_s`, the drivers'
+`loop_wall_s`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,19 @@ def _ratio(times: dict, other: str, key: str) -> float:
     return statistics.median(b / a for a, b in zip(times["archsim"][key], times[other][key], strict=True))
 
 
+def _row(kind: str, front_end: str, times: dict) -> str:
+    """One table line; a simulator left out by --against shows as '-'."""
+    def median(name: str) -> str:
+        return f"{statistics.median(times[name]['whole_s']):.2f}" if name in times else "-"
+
+    def ratio(name: str, key: str) -> str:
+        return f"{_ratio(times, name, key):.2f}" if name in times else "-"
+
+    return (f"{kind:<10} {front_end:<11} {median('archsim'):>9} {median('dramsim3'):>9} {median('ramulator2'):>8} "
+            f"{ratio('dramsim3', 'whole_s'):>11} {ratio('ramulator2', 'whole_s'):>7} "
+            f"{ratio('dramsim3', 'loop_s'):>10} {ratio('ramulator2', 'loop_s'):>7}")
+
+
 def _check_build(build: Path) -> None:
     for binary in ("ds3_driver", "ram2_driver"):
         if not (build / "bin" / binary).exists():
@@ -98,10 +113,13 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
     parser.add_argument("--front-ends", default=",".join(FRONT_ENDS), help="stock, saturating")
+    parser.add_argument("--against", default="dramsim3,ramulator2",
+                        help="the reference simulators to run (dramsim3, ramulator2): one alone halves a 10 M run")
     parser.add_argument("--keep", type=Path, help="keep the traces and outputs in this folder")
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     args = parser.parse_args()
     _check_build(args.build)
+    against = tuple(name for name in SIMULATORS[1:] if name in args.against.split(","))
     work = (args.keep or Path(tempfile.mkdtemp(prefix="archsim_vs_refsims_"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
     memory_yaml = work / "memory.yaml"
@@ -120,13 +138,10 @@ def main() -> int:
         for front_end in args.front_ends.split(","):
             out = work / f"{kind}_{front_end}"
             out.mkdir(exist_ok=True)
-            times = _measure(_commands(args.build, memory_yaml, trace, FRONT_ENDS[front_end], out), out, args.runs)
+            commands = _commands(args.build, memory_yaml, trace, FRONT_ENDS[front_end], out)
+            times = _measure({name: commands[name] for name in ("archsim", *against)}, out, args.runs)
             figures[f"{kind}/{front_end}"] = times
-            medians = {name: statistics.median(times[name]["whole_s"]) for name in SIMULATORS}
-            print(f"{kind:<10} {front_end:<11} {medians['archsim']:>9.2f} {medians['dramsim3']:>9.2f} "
-                  f"{medians['ramulator2']:>8.2f} {_ratio(times, 'dramsim3', 'whole_s'):>11.2f} "
-                  f"{_ratio(times, 'ramulator2', 'whole_s'):>7.2f} {_ratio(times, 'dramsim3', 'loop_s'):>10.2f} "
-                  f"{_ratio(times, 'ramulator2', 'loop_s'):>7.2f}", flush=True)
+            print(_row(kind, front_end, times), flush=True)
         if args.keep is None:
             trace.unlink()  # 10 M requests are 300 MB a file
     if args.json:
