@@ -207,20 +207,26 @@ def replay(trace: str, memory_path: str, fmt: str, json_path: str | None, overri
     The trace streams through the simulation in chunks: memory stays bounded whatever its length. --sort reads
     it whole to sort it (about 18 bytes a request), and a --timeline without an end keeps the run's commands."""
     from archsim.config.memory import load_memory_config
-    from archsim.dram.checker_stream import StreamingChecker
     from archsim.outputs import OutputPlan
     from archsim.replay_stream import replay_file
     from archsim.report.memory_stats import MemoryStatsAccumulator, RunFigures, port_qos, stats_tree
     from archsim.report.output import memory_summary_rows, table, write_json
-    from archsim.report.timeline import ReplayWindowCollector, parse_window
 
     outputs = OutputPlan(inputs=[trace, memory_path])
     outputs.add(json_path, "--json", kind="json")
     outputs.add(timeline_path, "--timeline", kind="json")
-    window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
+    timed = (timeline_path, timeline_window, timeline_requests) != (None, None, None)
+    if timed:  # the checker's and the timeline's modules only when asked for: 10 ms of a short replay's process
+        from archsim.report.timeline import ReplayWindowCollector, parse_window
+
+        window = parse_window(timeline_window, timeline_requests, timeline=timeline_path)
     cfg = load_memory_config(memory_path, overrides)
     acc = MemoryStatsAccumulator(cfg, per_port=alone or bool(cfg.controller.qos_targets))
-    checker = StreamingChecker(cfg.organization, cfg.timing, cfg.controller.refresh.impl) if check else None
+    checker = None
+    if check:
+        from archsim.dram.checker_stream import StreamingChecker
+
+        checker = StreamingChecker(cfg.organization, cfg.timing, cfg.controller.refresh.impl)
     timeline = ReplayWindowCollector(cfg, window) if timeline_path is not None else None
     sinks = [sink for sink in (acc, checker, timeline) if sink is not None]
 

@@ -187,8 +187,9 @@ class StreamingReplay:
         self.pstate = self.state.pstate.reshape(-1, K.PC_COLUMNS)
         self.log = _log_arrays(max(4 * window_requests, 1024) if self.logging else 1)
         # room for the lookaheads, every request the queues can hold (every port's share, the bank queues) and
-        # the spare slot (`_call`)
-        self._grow(window_requests + ports * queue_room + org.n_banks * c.bank_queue_depth + 1)
+        # the spare slot (`_call`); taken at the first rebuild, unless the whole trace is in the window by then
+        self.full_slots = window_requests + ports * queue_room + org.n_banks * c.bank_queue_depth + 1
+        self._grow(2)
         self.progress = progress
         self.retired = 0
         self.restarts = 0
@@ -258,7 +259,8 @@ class StreamingReplay:
         new = self._newcomers(kept)
         n_new = 0 if new is None else len(new)
         total = kept.size + n_new
-        self._grow(total + 1)
+        more = any(feed is not None and feed.more() for feed in self.feeds)
+        self._grow(max(total + 1, self.full_slots) if more else total + 1)  # a short trace: 30 MB less to zero
         a = self.a
         kept_pos = a["pos"][kept]
         kept_to: np.ndarray | slice = slice(0, kept.size)  # a slice where the slots are consecutive: faster
