@@ -13,6 +13,7 @@ the cycle decimal, below `MAX_CYCLE`. Blank lines and lines whose first token st
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -172,12 +173,14 @@ class _Requests:
 
 def _chunk_bytes(handle) -> int:
     """`CHUNK_BYTES`, or less for a smaller regular file: zeroing a 64 MiB buffer costs a short trace's process
-    30 ms. A pipe or a file that grows as it is read still gets whole chunks."""
+    30 ms. A pipe gets whole chunks; a regular file that grows as it is read, chunks of its size when opened."""
     try:
-        size_bytes = os.fstat(handle.fileno()).st_size
+        status = os.fstat(handle.fileno())
     except (AttributeError, OSError, ValueError):  # not a file with a descriptor (a test's BytesIO)
         return CHUNK_BYTES
-    return min(CHUNK_BYTES, max(size_bytes + 1, 1 << 16))
+    if not stat.S_ISREG(status.st_mode):
+        return CHUNK_BYTES
+    return min(CHUNK_BYTES, max(status.st_size + 1, 1 << 16))
 
 
 def scan_parts(handle, dramsim3: bool, ops: dict[str, int], state: np.ndarray, room: Any,
