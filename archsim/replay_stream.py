@@ -189,7 +189,7 @@ class StreamingReplay:
         # room for the lookaheads, every request the queues can hold (every port's share, the bank queues) and
         # the spare slot (`_call`); taken at the first rebuild, unless the whole trace is in the window by then
         self.full_slots = window_requests + ports * queue_room + org.n_banks * c.bank_queue_depth + 1
-        self._grow(2)
+        self._grow(2)  # one slot and the spare, until the first rebuild knows the trace's length
         self.progress = progress
         self.retired = 0
         self.restarts = 0
@@ -234,6 +234,10 @@ class StreamingReplay:
         self.sinks_s += time.perf_counter() - start
         self.retired += slots.size
 
+    def _trace_left(self) -> bool:
+        """Whether any port has requests not yet in the window."""
+        return any(feed is not None and feed.more() for feed in self.feeds)
+
     def _newcomers(self, kept: np.ndarray) -> Batch | None:
         """Each port's next requests, enough to top its lookahead up, merged in trace order."""
         src = self.a["src"][kept]
@@ -259,8 +263,7 @@ class StreamingReplay:
         new = self._newcomers(kept)
         n_new = 0 if new is None else len(new)
         total = kept.size + n_new
-        more = any(feed is not None and feed.more() for feed in self.feeds)
-        self._grow(max(total + 1, self.full_slots) if more else total + 1)  # a short trace: 30 MB less to zero
+        self._grow(max(total + 1, self.full_slots) if self._trace_left() else total + 1)  # short trace: 30 MB less
         a = self.a
         kept_pos = a["pos"][kept]
         kept_to: np.ndarray | slice = slice(0, kept.size)  # a slice where the slots are consecutive: faster
@@ -377,7 +380,7 @@ class StreamingReplay:
         """One kernel call, started over from a snapshot with a longer lookahead if it overran a port's; returns
         whether the whole trace was in the window (the last stretch: the kernel then sees the trace's end)."""
         while True:
-            final = all(feed is None or not feed.more() for feed in self.feeds)
+            final = not self._trace_left()
             tlimit, stop, guarded = self._limits(final)
             snap = self._snapshot() if guarded else None
             inputs, outcomes, state = self._arguments(self.m if final else self.m + 1)

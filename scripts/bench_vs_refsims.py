@@ -119,6 +119,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every run's figures here")
     args = parser.parse_args()
     _check_build(args.build)
+    unknown = set(args.against.split(",")) - set(SIMULATORS[1:])
+    if unknown:
+        parser.error(f"--against: {', '.join(sorted(unknown))}: not one of {', '.join(SIMULATORS[1:])}")
     against = tuple(name for name in SIMULATORS[1:] if name in args.against.split(","))
     work = (args.keep or Path(tempfile.mkdtemp(prefix="archsim_vs_refsims_"))).resolve()
     work.mkdir(parents=True, exist_ok=True)
