@@ -152,14 +152,16 @@ def _pow2_shift(divisor: int) -> int:
 
 def kernel_variant(prm: np.ndarray) -> KernelVariant:
     """Which compiled kernel runs these parameters: the variant of a scheduler registered from outside the
-    package; the plain kernel of a shipped standard's shape (`kernel.SPECIALIZED_SHAPES`) when every parameter
-    `kernel.PLAIN` freezes has its default; else the general one, which dispatches on every built-in code."""
+    package; on a shipped standard's shape (`kernel.SPECIALIZED_SHAPES`) the plain kernel when every parameter
+    `kernel.PLAIN` freezes has its default, else the general kernel of that shape; else the general one, which
+    reads the shape and dispatches on every built-in code."""
     code = int(prm[K.P_SCHED])
     if code in EXTERNAL:
         return KernelVariant(scheduler=code)
     shape = (int(prm[K.P_PCS]), int(prm[K.P_RANKS]), int(prm[K.P_WORDS]))
-    if shape in SPECIALIZED_SHAPES and all(int(prm[getattr(K, slot)]) == value for slot, value in PLAIN.items()):
-        return KernelVariant(-1, *shape)
+    if shape in SPECIALIZED_SHAPES:
+        plain = all(int(prm[getattr(K, slot)]) == value for slot, value in PLAIN.items())
+        return KernelVariant(-1, *shape, plain=plain)
     return KernelVariant()
 
 

@@ -134,9 +134,37 @@ def test_an_unlisted_shape_runs_the_general_kernel():
 
 
 @pytest.mark.parametrize("variant", VARIANTS[1:], ids=lambda v: ",".join(s.split(".")[-1] for s in v))
-def test_a_feature_beyond_the_defaults_selects_the_general_kernel_when_it_needs_it(variant):
-    """Only row policy, refresh mode and front-end options may run on the plain kernel: it freezes the rest."""
+def test_a_feature_beyond_the_defaults_selects_the_general_kernel_of_the_shape_when_it_needs_it(variant):
+    """Only row policy, refresh mode and front-end options may run on the plain kernel: it freezes the rest. The
+    others run the general kernel with the shipped shape frozen (and so does the every-cycle reference mode)."""
     cfg = config("HBM2", *variant)
     plain_ok = all(".row_policy=" in s or "refresh=per_bank" in s or ".frontend." in s for s in variant)
-    assert (kernel_variant(kernel_params(cfg, 0)).pseudo_channels > 0) is plain_ok
-    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)) == KernelVariant()
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, 1, 1, 1, plain=plain_ok)
+    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)) == KernelVariant(-1, 1, 1, 1, plain=False)
+
+
+# DRAMSim3's controller as `config import-dramsim3` sets it: bank queues, round robin, batch drains, an open page
+# with a cap, all-bank refresh holding the columns
+DRAMSIM3_LIKE = ("memory.controller.scheduler=round_robin", "memory.controller.bank_queue_depth=8",
+                 "memory.controller.row_policy={impl: open_cap, cap: 4}",
+                 "memory.controller.write_drain={high_watermark: 32, low_watermark: 0, idle_threshold: 8}",
+                 "memory.controller.refresh={impl: all_bank, hold_columns: true}")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_general_kernel_of_a_shape_equals_the_general_one(preset, monkeypatch):
+    """A controller beyond the defaults on a shipped standard's shape runs the general kernel with the shape frozen;
+    the general kernel, which reads the shape, must issue the same commands at the same cycles."""
+    from archsim import memory
+
+    cfg = config(preset, *DRAMSIM3_LIKE)
+    requests = _mixed_stream(cfg)
+    org = cfg.organization
+    shape = (org.pseudo_channels, org.ranks, mask_words(org.banks_per_pseudo_channel))
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, *shape, plain=False)
+    frozen = replay(cfg, requests, command_log=True)
+    monkeypatch.setattr(memory, "kernel_variant", lambda prm: KernelVariant())
+    general = replay(cfg, requests, command_log=True)
+    assert np.array_equal(frozen.done_cycle, general.done_cycle)
+    for field in ("cycle", "command", "bank", "row"):
+        assert np.array_equal(getattr(frozen.command_log, field), getattr(general.command_log, field)), field

@@ -192,20 +192,23 @@ def _evaluate(pc, t, all_in, prm, bus, pick, req, out, st):
 
 class KernelVariant(NamedTuple):
     """Which compiled kernel runs a configuration: the general one (`scheduler` -1: the built-in schedulers by
-    code) or one with a scheduler registered from outside the package (its code); with a shape (> 0), the plain
-    kernel for it, with `PLAIN`'s parameters and the shape frozen as constants."""
+    code) or one with a scheduler registered from outside the package (its code); with a shape (> 0), the shape
+    frozen as constants, and with `plain` `PLAIN`'s parameters too (the plain kernel; else the general kernel of
+    that shape)."""
 
     scheduler: int = -1
     pseudo_channels: int = 0
     ranks: int = 0
     mask_words: int = 0
+    plain: bool = True
 
 
 # The plain kernels freeze the defaults (FR-FCFS, the shared arbiter without age cap, two ports (host and PNM), no
 # bank queues, watermark write drains, no refresh hold, event-driven) and the shape of a shipped standard (HBM2 in
 # legacy mode: one pseudo-channel, one rank; HBM3 and HBM3E: two pseudo-channels of two stack IDs), so that the
-# features they leave off fold away and the loops over one pseudo-channel, rank or port unroll. Each costs one
-# more compile when first used; docs/performance.md has what it pays.
+# features they leave off fold away and the loops over one pseudo-channel, rank or port unroll. Any other controller
+# on such a shape (DRAMSim3's imported one, say) runs the general kernel of that shape: the shape alone frozen, which
+# unrolls those loops. Each costs one more compile when first used; docs/performance.md has what it pays.
 PLAIN = {"P_SCHED": SCHED_FRFCFS, "P_ARB": ARB_SHARED, "P_PORTS": 2, "P_AGECAP": 0, "P_BQD": 0, "P_IDLE": -1,
          "P_REFHOLD": 0, "P_TICK": 0}
 SPECIALIZED_SHAPES = ((1, 1, 1), (2, 2, 1))
@@ -214,7 +217,8 @@ SPECIALIZED_SHAPES = ((1, 1, 1), (2, 2, 1))
 def _frozen(variant: KernelVariant) -> dict[str, int]:
     if variant.pseudo_channels == 0:
         return {}
-    return {**PLAIN, "P_PCS": variant.pseudo_channels, "P_RANKS": variant.ranks, "P_WORDS": variant.mask_words}
+    shape = {"P_PCS": variant.pseudo_channels, "P_RANKS": variant.ranks, "P_WORDS": variant.mask_words}
+    return {**PLAIN, **shape} if variant.plain else shape
 
 
 def _specialized(stage, frozen: dict[str, int], suffix: str, memo: dict):
@@ -234,7 +238,8 @@ def _specialized(stage, frozen: dict[str, int], suffix: str, memo: dict):
 def _variant_name(variant: KernelVariant) -> str:
     name = "general" if variant.scheduler < 0 else EXTERNAL[variant.scheduler][0]
     if variant.pseudo_channels > 0:
-        name = f"plain_{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
+        shape = f"{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
+        name = f"plain_{shape}" if variant.plain else f"{name}_{shape}"
     return name
 
 
