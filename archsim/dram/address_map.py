@@ -82,12 +82,24 @@ class AddressMapping:
 
     def decode(self, address: np.ndarray) -> Decoded:
         addr = np.asarray(address, dtype=np.uint64)
-        values = {name: np.zeros(addr.shape, dtype=np.int64) for name in FIELDS}
+        values: dict[str, np.ndarray] = {}
+        # each run's bits in place, viewed as int64 (they are far below 2**63): a replay decodes every request, and
+        # zeroed fields ORed with converted copies took twice the passes
         for name, shift, width, field_shift in self._runs():
-            part = (addr >> np.uint64(shift)) & np.uint64((1 << width) - 1)
-            values[name] |= part.astype(np.int64) << field_shift
+            part = ((addr >> np.uint64(shift)) & np.uint64((1 << width) - 1)).view(np.int64)
+            if field_shift:
+                part <<= field_shift
+            if name in values:
+                values[name] |= part
+            else:
+                values[name] = part
         if self.top is not None:
-            values[self.top] = (addr >> np.uint64(self.offset_bits + len(self.order))).astype(np.int64)
+            values[self.top] = (addr >> np.uint64(self.offset_bits + len(self.order))).view(np.int64)
+        for name in FIELDS:
+            if name not in values:
+                values[name] = np.zeros(addr.shape, dtype=np.int64)
+        if addr.ndim == 0:  # one address: fields as 0-d arrays, as for many
+            values = {name: np.asarray(value) for name, value in values.items()}
         sizes = dict(self.sizes)
         for name in self.xor_fields:
             values[name] ^= values["ro"] & (sizes[name] - 1)

@@ -177,11 +177,18 @@ class MemoryStatsAccumulator:
         """Fold done requests (any order, any split): their port, kind, pseudo-channel, bank (pseudo-channel x banks
         per pseudo-channel + bank), acceptance and done cycles, class and bank conflict."""
         org = self.cfg.organization
-        write = np.asarray(is_write, dtype=np.int64) != 0
-        src = np.asarray(source, dtype=np.int64)
-        key = np.asarray(global_bank, dtype=np.int64) * len(self.sources) + src
-        key = ((key * 2 + write) * 5 + (np.asarray(request_class, dtype=np.int64) + 1)) * 2 + (
-            np.asarray(bank_conflict) != 0)
+        write = np.asarray(is_write) != 0
+        src = np.asarray(source)
+        # the flat index into `counts`, built in place: a streaming replay folds every request here
+        key = np.asarray(global_bank, dtype=np.int64) * len(self.sources)
+        key += src
+        key *= 2
+        key += write
+        key *= 5
+        key += np.asarray(request_class)
+        key += 1
+        key *= 2
+        key += np.asarray(bank_conflict) != 0
         self.counts += np.bincount(key, minlength=self.counts.size).reshape(self.counts.shape)
         accept, done = np.asarray(accept_cycle, np.int64), np.asarray(done_cycle, np.int64)
         trace_ts = np.asarray(timestamp_cycles, np.int64)
@@ -192,12 +199,16 @@ class MemoryStatsAccumulator:
         total = (done - trace_ts)[reads]
         self.read_total_latency.add(total)
         read_src = src[reads]
-        for code in range(len(self.sources)):
-            mine = read_src == code
+        per_port = np.bincount(read_src, minlength=len(self.sources))
+        for code in np.flatnonzero(per_port).tolist():
+            # the reads of one port: all of them, without a mask, when one port sent them all
+            mine = slice(None) if per_port[code] == read_src.size else read_src == code
             self.source_latency[code].add(latency[mine])
             if self.source_total_latency is not None:
                 self.source_total_latency[code].add(total[mine])
-        channel = np.asarray(pseudo_channel, dtype=np.int64)[reads] // org.pseudo_channels
+        channel = np.asarray(pseudo_channel)[reads]
+        if org.pseudo_channels > 1:
+            channel = channel // org.pseudo_channels
         if latency.size and int(np.abs(latency).max()) * latency.size < 2**53:  # float64 weights sum exactly
             sums = np.bincount(channel, weights=latency, minlength=org.n_channels)
             for ch in np.flatnonzero(sums).tolist():
