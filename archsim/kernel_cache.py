@@ -25,10 +25,11 @@ _PREPARED: dict[KernelVariant, str] = {}
 def describe_variant(cfg: MemoryConfig, variant: KernelVariant) -> str:
     """What a kernel variant is compiled for, in words, for the one-line compile notice."""
     shape = f"{variant.pseudo_channels} pseudo-channel(s) x {variant.ranks} rank(s)"
-    if variant.pseudo_channels > 0 and variant.plain:
-        return f"{cfg.standard} (the plain kernel: default controller, {shape})"
     if variant.pseudo_channels > 0:
-        return f"{cfg.standard} (the general kernel of {shape}, every built-in controller feature)"
+        controller = {"plain": "the plain kernel: default controller",
+                      "dramsim3": "the kernel of DRAMSim3's controller",
+                      "general": "the general kernel of the shape, every built-in controller feature"}
+        return f"{cfg.standard} ({controller[variant.controller]}, {shape})"
     if variant.scheduler < 0:
         return f"{cfg.standard} (the general kernel, every built-in controller feature)"
     return f"{cfg.standard} (the kernel with scheduler {EXTERNAL[variant.scheduler][0]!r})"

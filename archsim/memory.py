@@ -19,7 +19,7 @@ from archsim.config.memory import (
     MemoryConfig,
 )
 from archsim.controller import codes as K  # noqa: N812 - the kernel's codes read as K.ACT
-from archsim.controller.kernel import PLAIN, SPECIALIZED_SHAPES, KernelVariant, run_kernel
+from archsim.controller.kernel import FROZEN_CONTROLLERS, SPECIALIZED_SHAPES, KernelVariant, run_kernel
 from archsim.controller.records import CommandLogArrays, KernelState, RequestArrays, RequestOutcomes
 from archsim.controller.schedulers import EXTERNAL
 from archsim.dram.commands import CommandLog
@@ -152,16 +152,17 @@ def _pow2_shift(divisor: int) -> int:
 
 def kernel_variant(prm: np.ndarray) -> KernelVariant:
     """Which compiled kernel runs these parameters: the variant of a scheduler registered from outside the
-    package; on a shipped standard's shape (`kernel.SPECIALIZED_SHAPES`) the plain kernel when every parameter
-    `kernel.PLAIN` freezes has its default, else the general kernel of that shape; else the general one, which
-    reads the shape and dispatches on every built-in code."""
+    package; on a shipped standard's shape (`kernel.SPECIALIZED_SHAPES`) the first of `kernel.FROZEN_CONTROLLERS`
+    whose every frozen parameter has this value (the plain kernel on the defaults, DRAMSim3's, else the general
+    kernel of that shape); else the general one, which reads the shape and dispatches on every built-in code."""
     code = int(prm[K.P_SCHED])
     if code in EXTERNAL:
         return KernelVariant(scheduler=code)
     shape = (int(prm[K.P_PCS]), int(prm[K.P_RANKS]), int(prm[K.P_WORDS]))
     if shape in SPECIALIZED_SHAPES:
-        plain = all(int(prm[getattr(K, slot)]) == value for slot, value in PLAIN.items())
-        return KernelVariant(-1, *shape, plain=plain)
+        controller = next(name for name, frozen in FROZEN_CONTROLLERS.items()
+                          if all(int(prm[getattr(K, slot)]) == value for slot, value in frozen.items()))
+        return KernelVariant(-1, *shape, controller=controller)
     return KernelVariant()
 
 

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 from archsim import analytic
 from archsim.cli import main
 from archsim.config.memory import load_memory_config
+from archsim.controller.kernel import KernelVariant
 from archsim.dram.commands import COMMAND_CODES
-from archsim.memory import MemorySession, Requests, replay
+from archsim.memory import MemorySession, Requests, kernel_params, kernel_variant, replay
 from archsim.trace.text_formats import write_dramsim3
 from tests.conftest import config
 
@@ -38,6 +39,8 @@ def test_import_matches_dramsim3_reading(tmp_path, dramsim3_ini):
     # DRAMSim3's unloaded latencies for this file: 17 (row hit), 31 (closed bank), 45 (row conflict)
     assert [analytic.unloaded_read_latency_cycles(cfg, k) for k in ("hit", "miss", "conflict")] == [17, 31, 45]
     assert "max_injections_per_cycle: 1" in out.read_text() and yaml.safe_load(out.read_text())
+    # every comparison with DRAMSim3 runs this controller: it has a kernel of its own (`kernel.DRAMSIM3`)
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, 1, 1, 1, controller="dramsim3")
 
 
 def test_imported_config_replays_a_dramsim3_trace(tmp_path, dramsim3_ini):

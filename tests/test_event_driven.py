@@ -139,29 +139,34 @@ def test_a_feature_beyond_the_defaults_selects_the_general_kernel_of_the_shape_w
     others run the general kernel with the shipped shape frozen (and so does the every-cycle reference mode)."""
     cfg = config("HBM2", *variant)
     plain_ok = all(".row_policy=" in s or "refresh=per_bank" in s or ".frontend." in s for s in variant)
-    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, 1, 1, 1, plain=plain_ok)
-    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)) == KernelVariant(-1, 1, 1, 1, plain=False)
+    expected = "plain" if plain_ok else "general"
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, 1, 1, 1, controller=expected)
+    assert kernel_variant(kernel_params(cfg, 0, tick_every_cycle=True)) == KernelVariant(-1, 1, 1, 1,
+                                                                                         controller="general")
 
 
-# DRAMSim3's controller as `config import-dramsim3` sets it: bank queues, round robin, batch drains, an open page
-# with a cap, all-bank refresh holding the columns
+# DRAMSim3's controller as `config import-dramsim3` sets it (its own kernel: `kernel.DRAMSIM3`), and one with bank
+# queues the frozen kernels do not take (the general kernel of the shape)
 DRAMSIM3_LIKE = ("memory.controller.scheduler=round_robin", "memory.controller.bank_queue_depth=8",
                  "memory.controller.row_policy={impl: open_cap, cap: 4}",
                  "memory.controller.write_drain={high_watermark: 32, low_watermark: 0, idle_threshold: 8}",
                  "memory.controller.refresh={impl: all_bank, hold_columns: true}")
+OTHER_CONTROLLER = ("memory.controller.scheduler=fcfs", "memory.controller.bank_queue_depth=4",
+                    "memory.controller.row_policy={impl: open_cap, cap: 2}")
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_the_general_kernel_of_a_shape_equals_the_general_one(preset, monkeypatch):
-    """A controller beyond the defaults on a shipped standard's shape runs the general kernel with the shape frozen;
-    the general kernel, which reads the shape, must issue the same commands at the same cycles."""
+@pytest.mark.parametrize(("controller", "overrides"), [("dramsim3", DRAMSIM3_LIKE), ("general", OTHER_CONTROLLER)])
+def test_a_frozen_controller_of_a_shape_equals_the_general_kernel(preset, controller, overrides, monkeypatch):
+    """A controller beyond the defaults on a shipped standard's shape runs DRAMSim3's kernel or the general kernel
+    with the shape frozen; the general kernel, which reads both, must issue the same commands at the same cycles."""
     from archsim import memory
 
-    cfg = config(preset, *DRAMSIM3_LIKE)
+    cfg = config(preset, *overrides)
     requests = _mixed_stream(cfg)
     org = cfg.organization
     shape = (org.pseudo_channels, org.ranks, mask_words(org.banks_per_pseudo_channel))
-    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, *shape, plain=False)
+    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, *shape, controller=controller)
     frozen = replay(cfg, requests, command_log=True)
     monkeypatch.setattr(memory, "kernel_variant", lambda prm: KernelVariant())
     general = replay(cfg, requests, command_log=True)

@@ -50,6 +50,7 @@ from archsim.controller.codes import (
     PC_NEXT,
     PK_WANT_COL,
     PK_WANT_ROW,
+    POL_OPEN_CAP,
     S_DONE,
     S_IDLE,
     S_LAST,
@@ -64,6 +65,7 @@ from archsim.controller.codes import (
     S_TLIMIT,
     S_VISITS,
     SCHED_FRFCFS,
+    SCHED_ROUND_ROBIN,
     SCR_BUS,
     SCR_DUE,
     SCR_PICK,
@@ -193,24 +195,31 @@ def _evaluate(pc, t, all_in, prm, bus, pick, req, out, st):
 class KernelVariant(NamedTuple):
     """Which compiled kernel runs a configuration: the general one (`scheduler` -1: the built-in schedulers by
     code) or one with a scheduler registered from outside the package (its code); with a shape (> 0), the shape
-    frozen as constants, and with `plain` `PLAIN`'s parameters too (the plain kernel; else the general kernel of
-    that shape)."""
+    frozen as constants, and the parameters of the controller named by `controller` (`FROZEN_CONTROLLERS`:
+    "plain", the defaults; "dramsim3", DRAMSim3's; "general", none)."""
 
     scheduler: int = -1
     pseudo_channels: int = 0
     ranks: int = 0
     mask_words: int = 0
-    plain: bool = True
+    controller: str = "plain"
 
 
 # The plain kernels freeze the defaults (FR-FCFS, the shared arbiter without age cap, two ports (host and PNM), no
 # bank queues, watermark write drains, no refresh hold, event-driven) and the shape of a shipped standard (HBM2 in
 # legacy mode: one pseudo-channel, one rank; HBM3 and HBM3E: two pseudo-channels of two stack IDs), so that the
-# features they leave off fold away and the loops over one pseudo-channel, rank or port unroll. Any other controller
-# on such a shape (DRAMSim3's imported one, say) runs the general kernel of that shape: the shape alone frozen, which
-# unrolls those loops. Each costs one more compile when first used; docs/performance.md has what it pays.
+# features they leave off fold away and the loops over one pseudo-channel, rank or port unroll. DRAMSim3's controller
+# gets the same on its own parameters; any other controller on such a shape runs the general kernel of that shape:
+# the shape alone frozen, which unrolls those loops. Each costs one more compile when first used;
+# docs/performance.md has what it pays.
 PLAIN = {"P_SCHED": SCHED_FRFCFS, "P_ARB": ARB_SHARED, "P_PORTS": 2, "P_AGECAP": 0, "P_BQD": 0, "P_IDLE": -1,
          "P_REFHOLD": 0, "P_TICK": 0}
+# DRAMSim3's controller as `config import-dramsim3` writes it (round robin over per-bank command queues of 8, batch
+# write drains above an idle threshold of 8, an open page with a cap, refresh holding the columns): the one that runs
+# every comparison with DRAMSim3 and Ramulator 2, so it gets a kernel of its own (docs/performance.md has what it pays)
+DRAMSIM3 = {"P_SCHED": SCHED_ROUND_ROBIN, "P_POLICY": POL_OPEN_CAP, "P_ARB": ARB_SHARED, "P_PORTS": 2, "P_AGECAP": 0,
+            "P_BQD": 8, "P_IDLE": 8, "P_REFHOLD": 1, "P_TICK": 0}
+FROZEN_CONTROLLERS = {"plain": PLAIN, "dramsim3": DRAMSIM3, "general": {}}  # tried in this order
 SPECIALIZED_SHAPES = ((1, 1, 1), (2, 2, 1))
 
 
@@ -218,7 +227,7 @@ def _frozen(variant: KernelVariant) -> dict[str, int]:
     if variant.pseudo_channels == 0:
         return {}
     shape = {"P_PCS": variant.pseudo_channels, "P_RANKS": variant.ranks, "P_WORDS": variant.mask_words}
-    return {**PLAIN, **shape} if variant.plain else shape
+    return {**FROZEN_CONTROLLERS[variant.controller], **shape}
 
 
 def _specialized(stage, frozen: dict[str, int], suffix: str, memo: dict):
@@ -239,7 +248,7 @@ def _variant_name(variant: KernelVariant) -> str:
     name = "general" if variant.scheduler < 0 else EXTERNAL[variant.scheduler][0]
     if variant.pseudo_channels > 0:
         shape = f"{variant.pseudo_channels}pc_{variant.ranks}rank_{variant.mask_words}word"
-        name = f"plain_{shape}" if variant.plain else f"{name}_{shape}"
+        name = f"{variant.controller}_{shape}"
     return name
 
 
