@@ -101,25 +101,6 @@ def test_more_than_64_banks_per_pseudo_channel():
     assert checked.violations == []
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_the_plain_kernel_equals_the_general_one_on_the_defaults(preset, monkeypatch):
-    """The defaults of a shipped standard run the plain kernel (the defaults and the shape frozen as constants);
-    the general kernel, which reads them, must issue the same commands at the same cycles."""
-    from archsim import memory
-
-    cfg = config(preset)
-    requests = _mixed_stream(cfg)
-    org = cfg.organization
-    shape = (org.pseudo_channels, org.ranks, mask_words(org.banks_per_pseudo_channel))
-    assert kernel_variant(kernel_params(cfg, 0)) == KernelVariant(-1, *shape)
-    plain = replay(cfg, requests, command_log=True)
-    monkeypatch.setattr(memory, "kernel_variant", lambda prm: KernelVariant())
-    general = replay(cfg, requests, command_log=True)
-    assert np.array_equal(plain.done_cycle, general.done_cycle)
-    for field in ("cycle", "command", "bank", "row"):
-        assert np.array_equal(getattr(plain.command_log, field), getattr(general.command_log, field)), field
-
-
 def test_every_shipped_standard_has_a_plain_kernel_for_its_shape():
     from archsim.config.memory import available_standards, memory_config_from_preset
 
@@ -156,10 +137,12 @@ OTHER_CONTROLLER = ("memory.controller.scheduler=fcfs", "memory.controller.bank_
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-@pytest.mark.parametrize(("controller", "overrides"), [("dramsim3", DRAMSIM3_LIKE), ("general", OTHER_CONTROLLER)])
+@pytest.mark.parametrize(("controller", "overrides"), [("plain", ()), ("dramsim3", DRAMSIM3_LIKE),
+                                                       ("general", OTHER_CONTROLLER)])
 def test_a_frozen_controller_of_a_shape_equals_the_general_kernel(preset, controller, overrides, monkeypatch):
-    """A controller beyond the defaults on a shipped standard's shape runs DRAMSim3's kernel or the general kernel
-    with the shape frozen; the general kernel, which reads both, must issue the same commands at the same cycles."""
+    """On a shipped standard's shape the defaults run the plain kernel, DRAMSim3's controller its own and any other
+    the general kernel with the shape frozen; the general kernel, which reads what they freeze, must issue the same
+    commands at the same cycles."""
     from archsim import memory
 
     cfg = config(preset, *overrides)
