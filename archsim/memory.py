@@ -204,18 +204,13 @@ def request_fields(cfg: MemoryConfig, address: np.ndarray) -> dict[str, np.ndarr
     org = cfg.organization
     address = np.asarray(address, dtype=np.uint64)
     dec = cfg.mapping.decode(address)
-    # in place on the decoded fields, which are this call's own: a replay computes these for every request
-    pc = dec.channel
-    pc *= org.pseudo_channels
-    pc += dec.pseudo_channel
+    pc = dec.flat_pseudo_channel(org)
+    bank = dec.bank_in_pseudo_channel(org)
+    # the rest in place too: a replay computes these for every request
     rank = pc * org.ranks
     rank += dec.rank
     bgf = rank * org.bankgroups
     bgf += dec.bankgroup
-    bank = dec.rank * org.bankgroups
-    bank += dec.bankgroup
-    bank *= org.banks_per_group
-    bank += dec.bank
     gb = pc * org.banks_per_pseudo_channel
     gb += bank
     return {"pc": pc, "bank": bank, "row": dec.row, "addr": address.astype(np.int64), "gb": gb, "bgf": bgf, "rf": rank}

@@ -42,11 +42,18 @@ class Decoded:
     row: np.ndarray
     column: np.ndarray
 
+    # each a new array built in place: a replay computes them for every request
     def flat_pseudo_channel(self, org: Organization) -> np.ndarray:
-        return self.channel * org.pseudo_channels + self.pseudo_channel
+        out = self.channel * org.pseudo_channels
+        out += self.pseudo_channel
+        return out
 
     def bank_in_pseudo_channel(self, org: Organization) -> np.ndarray:
-        return (self.rank * org.bankgroups + self.bankgroup) * org.banks_per_group + self.bank
+        out = self.rank * org.bankgroups
+        out += self.bankgroup
+        out *= org.banks_per_group
+        out += self.bank
+        return out
 
 
 @dataclass(frozen=True)
